@@ -1,0 +1,1 @@
+"""Execution backends: where admitted work actually runs (local hosts, Slurm, Kubernetes, Ray)."""

@@ -1,0 +1,197 @@
+"""Inventory specs: device models, clusters, nodes and pools.
+
+A *pool* is a set of identical devices with the same software stack on a set of nodes:
+the unit that quotas, reservations and fallback lists refer to.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from hetpool.core.base import Name, ObjectSpec, SpecModel
+
+
+class DeviceClass(StrEnum):
+    CPU = "cpu"
+    GPU = "gpu"
+    NPU = "npu"
+    DPU = "dpu"
+
+
+class Vendor(StrEnum):
+    NVIDIA = "nvidia"
+    AMD = "amd"
+    HUAWEI = "huawei"
+    CAMBRICON = "cambricon"
+    HYGON = "hygon"
+    KUNLUNXIN = "kunlunxin"
+    INTEL = "intel"
+    ARM = "arm"
+    GENERIC = "generic"
+
+
+class RuntimeName(StrEnum):
+    """Device runtime a software stack is built against."""
+
+    CUDA = "cuda"
+    CANN = "cann"
+    ROCM = "rocm"
+    DTK = "dtk"  # Hygon's ROCm-derived toolkit
+    NEUWARE = "neuware"  # Cambricon
+    XRE = "xre"  # Kunlunxin runtime
+    DOCA = "doca"  # BlueField DPUs
+    NONE = "none"  # plain CPUs
+
+
+class TaskType(StrEnum):
+    TRAINING = "training"
+    INFERENCE = "inference"
+    BATCH_INFERENCE = "batch-inference"
+    PREPROCESSING = "preprocessing"
+    OFFLOAD = "offload"
+    GENERAL = "general"
+
+
+class BackendKind(StrEnum):
+    LOCAL = "local"
+    SLURM = "slurm"
+    KUBERNETES = "kubernetes"
+    RAY = "ray"
+
+
+class DeviceModelSpec(ObjectSpec):
+    """A catalog entry: what one device of this model is and can do."""
+
+    kind: Literal["DeviceModel"] = "DeviceModel"
+    name: Name
+    vendor: Vendor
+    device_class: DeviceClass = Field(alias="class")
+    display_name: str
+    architecture: str = ""
+    memory_gb: float = Field(ge=0)
+    memory_bandwidth_gbps: float | None = Field(default=None, ge=0)
+    fp16_tflops: float | None = Field(default=None, ge=0, description="dense FP16 tensor TFLOPS")
+    bf16_tflops: float | None = Field(default=None, ge=0, description="dense BF16 tensor TFLOPS")
+    int8_tops: float | None = Field(default=None, ge=0)
+    cores: int | None = Field(default=None, ge=0, description="CPU cores / AI cores / SMs")
+    interconnect: str = ""
+    features: list[str] = []
+    runtime: RuntimeName = RuntimeName.NONE
+    k8s_resource: str = ""
+    visible_devices_env: str = ""
+    slurm_gres: str = ""
+    pci_ids: list[str] = []
+    aliases: list[str] = Field(default=[], description="names discovery tools print")
+    relative_performance: dict[TaskType, float] = Field(
+        default={}, description="throughput relative to the reference device (1.0) per task type"
+    )
+    verified: bool = Field(default=True, description="False when figures are unverified defaults")
+
+    @field_validator("features")
+    @classmethod
+    def _lower_features(cls, value: list[str]) -> list[str]:
+        return sorted({f.strip().lower() for f in value if f.strip()})
+
+    @field_validator("relative_performance")
+    @classmethod
+    def _positive_perf(cls, value: dict[TaskType, float]) -> dict[TaskType, float]:
+        for task_type, factor in value.items():
+            if factor <= 0:
+                raise ValueError(f"relative_performance[{task_type}] must be > 0")
+        return value
+
+    def perf_for(self, task_type: TaskType) -> float:
+        """Relative throughput for `task_type`, falling back to 'general', then 1.0."""
+        return self.relative_performance.get(
+            task_type, self.relative_performance.get(TaskType.GENERAL, 1.0)
+        )
+
+
+class ClusterSpec(ObjectSpec):
+    kind: Literal["Cluster"] = "Cluster"
+    name: Name
+    backend: BackendKind = BackendKind.LOCAL
+    zone: Name = "default"
+    region: str = ""
+    backend_config: dict[str, str] = Field(
+        default={}, description="backend connection settings (opaque to the scheduler)"
+    )
+
+
+class RuntimeVersion(SpecModel):
+    name: RuntimeName
+    version: str = Field(min_length=1)
+
+
+class SoftwareStack(SpecModel):
+    """What is installed on a node: driver, device runtime and frameworks."""
+
+    driver: str = ""
+    runtime: RuntimeVersion | None = None
+    frameworks: dict[str, str] = Field(default={}, description="framework name -> installed version")
+    os: str = ""
+    python: str = ""
+
+    @field_validator("frameworks")
+    @classmethod
+    def _lower_framework_names(cls, value: dict[str, str]) -> dict[str, str]:
+        return {k.strip().lower(): str(v).strip() for k, v in value.items()}
+
+
+class DeviceGroup(SpecModel):
+    """`count` devices of one catalog model on a node."""
+
+    model: Name
+    count: int = Field(ge=1, le=1024)
+    # Island ids per device for topology (NVLink / HCCS); empty: one island.
+    islands: list[int] = []
+
+
+class NodeSpec(ObjectSpec):
+    kind: Literal["Node"] = "Node"
+    name: Name
+    cluster: Name
+    zone: Name | None = Field(default=None, description="defaults to the cluster's zone")
+    network_group: str = ""
+    arch: Literal["x86_64", "aarch64"] = "x86_64"
+    cpu_cores: int = Field(ge=1, le=4096)
+    memory_gb: float = Field(gt=0, le=65536)
+    devices: list[DeviceGroup] = []
+    stack: SoftwareStack | None = None
+    schedulable: bool = True
+
+    @model_validator(mode="after")
+    def _unique_models(self) -> NodeSpec:
+        models = [g.model for g in self.devices]
+        if len(models) != len(set(models)):
+            raise ValueError("devices: each model may appear once per node (sum the counts)")
+        return self
+
+
+class Reservation(SpecModel):
+    tenants: list[str] = Field(default=[], description="tenant paths (a subtree) that may use it")
+    min_priority: str | None = Field(default=None, description="priority class at or above which any tenant may use it")
+
+
+class PoolSpec(ObjectSpec):
+    kind: Literal["Pool"] = "Pool"
+    name: Name
+    cluster: Name
+    model: Name
+    nodes: list[Name] = Field(min_length=1)
+    stack: SoftwareStack | None = Field(
+        default=None, description="default stack for nodes that do not declare one"
+    )
+    price_per_hour: float = Field(default=0.0, ge=0, description="per device per hour")
+    reserved_for: Reservation | None = None
+    shareable: bool = False
+
+    @field_validator("nodes")
+    @classmethod
+    def _unique_nodes(cls, value: list[str]) -> list[str]:
+        if len(value) != len(set(value)):
+            raise ValueError("nodes: a node is listed twice")
+        return value

@@ -1,0 +1,127 @@
+"""Reading `kind:` documents: YAML text → typed specs, with errors that name the field.
+
+Validation is all-or-nothing: `parse_documents` either returns every spec of the input
+or raises one `SpecError` listing every problem, so nothing is half-applied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from hetpool.core.errors import SpecError
+from hetpool.core.inventory import ClusterSpec, DeviceModelSpec, NodeSpec, PoolSpec
+from hetpool.core.tasks import TaskSpec, TaskTemplateSpec
+from hetpool.core.tenancy import TenantSpec
+
+SPEC_KINDS: dict[str, type[BaseModel]] = {
+    "DeviceModel": DeviceModelSpec,
+    "Cluster": ClusterSpec,
+    "Node": NodeSpec,
+    "Pool": PoolSpec,
+    "Tenant": TenantSpec,
+    "TaskTemplate": TaskTemplateSpec,
+    "Task": TaskSpec,
+}
+# Order in which `apply` writes kinds, so that references resolve within one batch.
+APPLY_ORDER = ["DeviceModel", "Tenant", "Cluster", "Node", "Pool", "TaskTemplate", "Task"]
+# Lower-case and plural names accepted on the command line and in URLs.
+KIND_ALIASES = {
+    **{k.lower(): k for k in SPEC_KINDS},
+    **{k.lower() + "s": k for k in SPEC_KINDS},
+    "devicemodels": "DeviceModel",
+    "models": "DeviceModel",
+    "model": "DeviceModel",
+    "templates": "TaskTemplate",
+    "template": "TaskTemplate",
+    "tasktemplates": "TaskTemplate",
+}
+
+MAX_SPEC_BYTES = 4 * 1024 * 1024
+
+
+def resolve_kind(name: str) -> str:
+    kind = KIND_ALIASES.get(name.strip().lower().replace("-", "").replace("_", ""))
+    if kind is None:
+        allowed = ", ".join(SPEC_KINDS)
+        raise SpecError(f"unknown kind {name!r}; allowed: {allowed}")
+    return kind
+
+
+def format_loc(loc: Iterable[Any]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "(root)"
+
+
+def validation_details(exc: ValidationError, prefix: str = "") -> list[dict[str, str]]:
+    details = []
+    for err in exc.errors(include_url=False):
+        loc = format_loc(err["loc"])
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field"
+        details.append({"loc": f"{prefix}{loc}" if loc != "(root)" else prefix.rstrip(".") or loc, "msg": msg})
+    return details
+
+
+def parse_spec(document: Any, where: str = "") -> BaseModel:
+    """One mapping with a `kind:` → its typed spec, or a SpecError naming the field."""
+    prefix = f"{where}: " if where else ""
+    if not isinstance(document, dict):
+        raise SpecError(f"{prefix}expected a mapping with 'kind:' and 'name:', got {type(document).__name__}")
+    kind = document.get("kind")
+    if kind not in SPEC_KINDS:
+        raise SpecError(
+            f"{prefix}kind: {kind!r} is not a known kind",
+            details=[{"loc": f"{prefix}kind", "msg": f"allowed: {', '.join(SPEC_KINDS)}"}],
+        )
+    try:
+        return SPEC_KINDS[kind].model_validate(document)
+    except ValidationError as exc:
+        name = document.get("name", "?")
+        details = validation_details(exc, prefix=f"{prefix}{kind}/{name}: ")
+        first = details[0]
+        raise SpecError(f"{first['loc']}: {first['msg']}", details=details) from None
+
+
+def load_yaml_documents(text: str, source: str = "<input>") -> list[dict]:
+    if len(text.encode()) > MAX_SPEC_BYTES:
+        raise SpecError(f"{source}: larger than {MAX_SPEC_BYTES // (1024 * 1024)} MiB")
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{source}: not valid YAML: {exc}") from None
+    for i, doc in enumerate(docs):
+        if not isinstance(doc, dict):
+            raise SpecError(f"{source}: document {i + 1} is a {type(doc).__name__}, expected a mapping with 'kind:'")
+    return docs
+
+
+def parse_documents(documents: list[tuple[str, dict]]) -> list[BaseModel]:
+    """Validate every (source, document); raise one SpecError listing all problems."""
+    specs: list[BaseModel] = []
+    problems: list[dict[str, str]] = []
+    for where, doc in documents:
+        try:
+            specs.append(parse_spec(doc, where))
+        except SpecError as exc:
+            problems.extend(exc.details or [{"loc": where, "msg": exc.message}])
+    if problems:
+        raise SpecError(
+            f"{len(problems)} problem(s) in the input; nothing was applied: {problems[0]['loc']}: {problems[0]['msg']}",
+            details=problems,
+        )
+    return specs
+
+
+def spec_to_document(spec: BaseModel) -> dict:
+    """The YAML/JSON form of a spec, with aliases (`class`, `type`) and no empty defaults."""
+    return spec.model_dump(mode="json", by_alias=True, exclude_defaults=False)

@@ -1,0 +1,58 @@
+"""The task state machine. `next_state` is the only place a transition is decided."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from hetpool.core.errors import InvalidTransitionError
+
+
+class TaskState(StrEnum):
+    PENDING_APPROVAL = "pending_approval"
+    QUEUED = "queued"
+    ADMITTED = "admitted"
+    DISPATCHED = "dispatched"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    PREEMPTED = "preempted"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL_STATES
+
+    @property
+    def holds_resources(self) -> bool:
+        return self in ACTIVE_STATES
+
+
+TERMINAL_STATES = frozenset({TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED})
+# States in which a task's placement occupies capacity.
+ACTIVE_STATES = frozenset({TaskState.ADMITTED, TaskState.DISPATCHED, TaskState.RUNNING})
+
+ALLOWED_TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
+    TaskState.PENDING_APPROVAL: frozenset({TaskState.QUEUED, TaskState.CANCELLED, TaskState.FAILED}),
+    TaskState.QUEUED: frozenset({TaskState.ADMITTED, TaskState.CANCELLED, TaskState.FAILED}),
+    TaskState.ADMITTED: frozenset(
+        {TaskState.DISPATCHED, TaskState.QUEUED, TaskState.CANCELLED, TaskState.FAILED, TaskState.PREEMPTED}
+    ),
+    TaskState.DISPATCHED: frozenset(
+        {TaskState.RUNNING, TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED, TaskState.PREEMPTED}
+    ),
+    TaskState.RUNNING: frozenset(
+        {TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED, TaskState.PREEMPTED}
+    ),
+    TaskState.PREEMPTED: frozenset({TaskState.QUEUED, TaskState.CANCELLED}),
+    TaskState.SUCCEEDED: frozenset(),
+    TaskState.FAILED: frozenset(),
+    TaskState.CANCELLED: frozenset(),
+}
+
+
+def check_transition(current: TaskState, target: TaskState) -> None:
+    if target not in ALLOWED_TRANSITIONS[current]:
+        allowed = ", ".join(sorted(s.value for s in ALLOWED_TRANSITIONS[current])) or "none (terminal)"
+        raise InvalidTransitionError(
+            f"a task in state '{current.value}' cannot move to '{target.value}' (allowed: {allowed})"
+        )

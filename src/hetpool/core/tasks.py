@@ -1,0 +1,204 @@
+"""Task and template specs: what a user asks for, by goal.
+
+A template gives defaults per task type; a task names a template and overrides fields.
+`fallback` is an ordered list (try in that order); `any_of` is a set (the platform
+chooses). Both at once is an error.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Literal
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from pydantic import Field, field_validator, model_validator
+
+from hetpool.core.base import Name, ObjectSpec, SpecModel
+from hetpool.core.inventory import DeviceClass, TaskType
+from hetpool.core.tenancy import Environment, validate_tenant_path
+from hetpool.core.units import parse_duration
+
+
+class Priority(StrEnum):
+    LOW = "low"
+    NORMAL = "normal"
+    HIGH = "high"
+    CRITICAL = "critical"
+
+    @property
+    def rank(self) -> int:
+        return _PRIORITY_RANK[self]
+
+
+_PRIORITY_RANK = {Priority.LOW: 0, Priority.NORMAL: 1, Priority.HIGH: 2, Priority.CRITICAL: 3}
+
+
+def parse_version_spec(value: str) -> SpecifierSet:
+    """A PEP 440 specifier; a bare version "2.4" means "==2.4.*"."""
+    text = value.strip()
+    if not text or text == "*":
+        return SpecifierSet("")
+    if text[0].isdigit():
+        text = f"=={text}.*" if text.count(".") < 2 else f"=={text}"
+    try:
+        return SpecifierSet(text)
+    except InvalidSpecifier as exc:
+        raise ValueError(
+            f"invalid version spec {value!r}: use e.g. '2.4', '>=2.3,<2.6' or '==2.4.1'"
+        ) from exc
+
+
+class FrameworkRequest(SpecModel):
+    name: str = Field(min_length=1, description="pytorch, mindspore, tensorflow, paddle, jax, none")
+    version: str = Field(default="", description="PEP 440 spec, e.g. '>=2.3,<2.6'; '2.4' means 2.4.*")
+    extras: dict[str, str] = Field(default={}, description="extra packages and version specs, e.g. {vllm: '>=0.6'}")
+
+    @field_validator("name")
+    @classmethod
+    def _lower(cls, value: str) -> str:
+        return value.lower()
+
+    @field_validator("version")
+    @classmethod
+    def _valid_spec(cls, value: str) -> str:
+        parse_version_spec(value)
+        return value
+
+    @field_validator("extras")
+    @classmethod
+    def _valid_extras(cls, value: dict[str, str]) -> dict[str, str]:
+        for spec in value.values():
+            parse_version_spec(spec)
+        return {k.lower(): v for k, v in value.items()}
+
+
+class DeviceRequest(SpecModel):
+    """Devices each worker needs. `models` narrows the class to catalog ids."""
+
+    device_class: DeviceClass = Field(alias="class")
+    count: float = Field(default=1, gt=0, le=64, description="whole devices; a fraction < 1 on shareable pools")
+    models: list[Name] = []
+    min_memory_gb: float = Field(default=0, ge=0)
+
+    @field_validator("count")
+    @classmethod
+    def _whole_or_fraction(cls, value: float) -> float:
+        if value > 1 and value != int(value):
+            raise ValueError("count above 1 must be a whole number")
+        return value
+
+
+class WorkerDemand(SpecModel):
+    devices: DeviceRequest | None = None
+    cpu: float = Field(default=1, gt=0, le=4096)
+    memory_gb: float = Field(default=1, gt=0, le=65536)
+
+
+class DataLocation(SpecModel):
+    zone: str = ""
+    path: str = ""
+
+
+class TaskSpec(ObjectSpec):
+    kind: Literal["Task"] = "Task"
+    name: Name
+    tenant: str
+    env: Environment = Environment.DEV
+    task_type: TaskType = Field(default=TaskType.GENERAL, alias="type")
+    template: Name | None = None
+    framework: FrameworkRequest | None = None
+    workers: int = Field(default=1, ge=1, le=1024)
+    per_worker: WorkerDemand = WorkerDemand()
+    features: list[str] = Field(default=[], description="required device features, e.g. bf16, fp8")
+    fallback: list[Name] = Field(default=[], description="ordered device models or pools")
+    any_of: list[Name] = Field(default=[], description="a set of device models or pools")
+    image: str = ""
+    command: str = ""
+    env_vars: dict[str, str] = {}
+    priority: Priority = Priority.NORMAL
+    data: DataLocation | None = None
+    runtime_estimate: str | None = Field(default=None, description="on the reference device: '6h', '90m'")
+    max_runtime: str | None = None
+
+    @field_validator("tenant")
+    @classmethod
+    def _tenant(cls, value: str) -> str:
+        return validate_tenant_path(value)
+
+    @field_validator("features")
+    @classmethod
+    def _lower_features(cls, value: list[str]) -> list[str]:
+        return sorted({f.strip().lower() for f in value if f.strip()})
+
+    @field_validator("runtime_estimate", "max_runtime")
+    @classmethod
+    def _duration(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_duration(value)
+        return value
+
+    @model_validator(mode="after")
+    def _candidates(self) -> TaskSpec:
+        if self.fallback and self.any_of:
+            raise ValueError("set either 'fallback' (ordered) or 'any_of' (a set), not both")
+        candidates = self.fallback or self.any_of
+        if len(candidates) != len(set(candidates)):
+            raise ValueError("fallback/any_of: a device model or pool is listed twice")
+        if candidates and self.per_worker.devices is None:
+            raise ValueError("fallback/any_of need per_worker.devices (which devices to substitute)")
+        return self
+
+    @property
+    def runtime_estimate_s(self) -> float | None:
+        return parse_duration(self.runtime_estimate) if self.runtime_estimate else None
+
+    @property
+    def candidates(self) -> list[str]:
+        return self.fallback or self.any_of
+
+    @property
+    def ordered(self) -> bool:
+        return bool(self.fallback)
+
+
+class TaskDefaults(SpecModel):
+    """Fields a template may preset; a task's own values win."""
+
+    framework: FrameworkRequest | None = None
+    workers: int | None = Field(default=None, ge=1, le=1024)
+    per_worker: WorkerDemand | None = None
+    features: list[str] | None = None
+    fallback: list[Name] | None = None
+    any_of: list[Name] | None = None
+    image: str | None = None
+    command: str | None = None
+    env_vars: dict[str, str] | None = None
+    priority: Priority | None = None
+    runtime_estimate: str | None = None
+    max_runtime: str | None = None
+
+
+class TaskTemplateSpec(ObjectSpec):
+    kind: Literal["TaskTemplate"] = "TaskTemplate"
+    name: Name
+    task_type: TaskType = Field(alias="type")
+    display_name: str = ""
+    defaults: TaskDefaults = TaskDefaults()
+
+
+def apply_template(task_fields: dict[str, Any], template: TaskTemplateSpec) -> dict[str, Any]:
+    """Raw task fields with the template's defaults filled in (the task's values win).
+
+    Works on the raw mapping so that "not given" and "given the default" stay distinct.
+    """
+    merged = dict(task_fields)
+    merged.setdefault("type", template.task_type.value)
+    defaults = template.defaults.model_dump(by_alias=True, exclude_none=True, mode="json")
+    for key, value in defaults.items():
+        if key not in merged:
+            merged[key] = value
+        elif key == "per_worker" and isinstance(merged[key], dict):
+            merged[key] = {**value, **merged[key]}
+        elif key == "env_vars" and isinstance(merged[key], dict):
+            merged[key] = {**value, **merged[key]}
+    return merged
