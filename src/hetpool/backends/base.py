@@ -9,6 +9,7 @@ instead of starting it twice.
 
 from __future__ import annotations
 
+import zlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -96,7 +97,8 @@ def worker_environment(request: LaunchRequest, worker: WorkerLaunch) -> dict[str
             "HETPOOL_DEVICE_MODEL": worker.model or "",
             "HETPOOL_DEVICE_INDICES": ",".join(str(i) for i in worker.device_indices),
             "HETPOOL_MASTER_ADDR": "127.0.0.1",
-            "HETPOOL_MASTER_PORT": str(29500 + (abs(hash(request.task_id)) % 1000)),
+            # crc32, not hash(): the port must agree across processes (hash() is salted per process).
+            "HETPOOL_MASTER_PORT": str(29500 + zlib.crc32(request.task_id.encode()) % 1000),
         }
     )
     if worker.visible_devices_env:

@@ -85,9 +85,7 @@ class DeviceModelSpec(ObjectSpec):
     slurm_gres: str = ""
     pci_ids: list[str] = []
     aliases: list[str] = Field(default=[], description="names discovery tools print")
-    relative_performance: dict[TaskType, float] = Field(
-        default={}, description="throughput relative to the reference device (1.0) per task type"
-    )
+    relative_performance: dict[TaskType, float] = Field(default={}, description="throughput relative to the reference device (1.0) per task type")
     verified: bool = Field(default=True, description="False when figures are unverified defaults")
 
     @field_validator("features")
@@ -105,9 +103,7 @@ class DeviceModelSpec(ObjectSpec):
 
     def perf_for(self, task_type: TaskType) -> float:
         """Relative throughput for `task_type`, falling back to 'general', then 1.0."""
-        return self.relative_performance.get(
-            task_type, self.relative_performance.get(TaskType.GENERAL, 1.0)
-        )
+        return self.relative_performance.get(task_type, self.relative_performance.get(TaskType.GENERAL, 1.0))
 
 
 class ClusterSpec(ObjectSpec):
@@ -116,9 +112,7 @@ class ClusterSpec(ObjectSpec):
     backend: BackendKind = BackendKind.LOCAL
     zone: Name = "default"
     region: str = ""
-    backend_config: dict[str, str] = Field(
-        default={}, description="backend connection settings (opaque to the scheduler)"
-    )
+    backend_config: dict[str, str] = Field(default={}, description="backend connection settings (opaque to the scheduler)")
 
 
 class RuntimeVersion(SpecModel):
@@ -182,9 +176,7 @@ class PoolSpec(ObjectSpec):
     cluster: Name
     model: Name
     nodes: list[Name] = Field(min_length=1)
-    stack: SoftwareStack | None = Field(
-        default=None, description="default stack for nodes that do not declare one"
-    )
+    stack: SoftwareStack | None = Field(default=None, description="default stack for nodes that do not declare one")
     price_per_hour: float = Field(default=0.0, ge=0, description="per device per hour")
     reserved_for: Reservation | None = None
     shareable: bool = False

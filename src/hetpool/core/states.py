@@ -34,15 +34,9 @@ ACTIVE_STATES = frozenset({TaskState.ADMITTED, TaskState.DISPATCHED, TaskState.R
 ALLOWED_TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
     TaskState.PENDING_APPROVAL: frozenset({TaskState.QUEUED, TaskState.CANCELLED, TaskState.FAILED}),
     TaskState.QUEUED: frozenset({TaskState.ADMITTED, TaskState.CANCELLED, TaskState.FAILED}),
-    TaskState.ADMITTED: frozenset(
-        {TaskState.DISPATCHED, TaskState.QUEUED, TaskState.CANCELLED, TaskState.FAILED, TaskState.PREEMPTED}
-    ),
-    TaskState.DISPATCHED: frozenset(
-        {TaskState.RUNNING, TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED, TaskState.PREEMPTED}
-    ),
-    TaskState.RUNNING: frozenset(
-        {TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED, TaskState.PREEMPTED}
-    ),
+    TaskState.ADMITTED: frozenset({TaskState.DISPATCHED, TaskState.QUEUED, TaskState.CANCELLED, TaskState.FAILED, TaskState.PREEMPTED}),
+    TaskState.DISPATCHED: frozenset({TaskState.RUNNING, TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED, TaskState.PREEMPTED}),
+    TaskState.RUNNING: frozenset({TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED, TaskState.PREEMPTED}),
     TaskState.PREEMPTED: frozenset({TaskState.QUEUED, TaskState.CANCELLED}),
     TaskState.SUCCEEDED: frozenset(),
     TaskState.FAILED: frozenset(),
@@ -53,6 +47,4 @@ ALLOWED_TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
 def check_transition(current: TaskState, target: TaskState) -> None:
     if target not in ALLOWED_TRANSITIONS[current]:
         allowed = ", ".join(sorted(s.value for s in ALLOWED_TRANSITIONS[current])) or "none (terminal)"
-        raise InvalidTransitionError(
-            f"a task in state '{current.value}' cannot move to '{target.value}' (allowed: {allowed})"
-        )
+        raise InvalidTransitionError(f"a task in state '{current.value}' cannot move to '{target.value}' (allowed: {allowed})")

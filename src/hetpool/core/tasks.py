@@ -43,9 +43,7 @@ def parse_version_spec(value: str) -> SpecifierSet:
     try:
         return SpecifierSet(text)
     except InvalidSpecifier as exc:
-        raise ValueError(
-            f"invalid version spec {value!r}: use e.g. '2.4', '>=2.3,<2.6' or '==2.4.1'"
-        ) from exc
+        raise ValueError(f"invalid version spec {value!r}: use e.g. '2.4', '>=2.3,<2.6' or '==2.4.1'") from exc
 
 
 class FrameworkRequest(SpecModel):

@@ -24,10 +24,7 @@ class Environment(StrEnum):
 def validate_tenant_path(value: str) -> str:
     value = value.strip().strip("/")
     if not TENANT_PATH_RE.match(value):
-        raise ValueError(
-            "tenant must be a path 'org', 'org/team' or 'org/team/project' of lower-case "
-            "letters, digits, '-' and '_'"
-        )
+        raise ValueError("tenant must be a path 'org', 'org/team' or 'org/team/project' of lower-case letters, digits, '-' and '_'")
     return value
 
 

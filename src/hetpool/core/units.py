@@ -28,9 +28,7 @@ def parse_duration(value: str | int | float) -> float:
         total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
         pos = match.end()
     if pos != len(text):
-        raise ValueError(
-            f"invalid duration {value!r}: use a number with a unit s, m, h or d (e.g. '6h', '1h30m')"
-        )
+        raise ValueError(f"invalid duration {value!r}: use a number with a unit s, m, h or d (e.g. '6h', '1h30m')")
     return total
 
 

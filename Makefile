@@ -1,0 +1,34 @@
+# hetpool — the two commands a newcomer needs: `make demo` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PORT ?= 8080
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test venv lint bench clean-demo
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+## Start the server with the demo inventory on SQLite (data in ~/.hetpool unless DATA_DIR=...).
+demo: $(STAMP)
+	$(BIN)/hetpool up --demo --port $(PORT) $(if $(DATA_DIR),--data-dir $(DATA_DIR))
+
+## Install what the tests need, start PostgreSQL, run the suite on SQLite and PostgreSQL.
+test: $(STAMP)
+	$(BIN)/ruff check src tests
+	@url=$$(deploy/postgres.sh start) && \
+	  HETPOOL_TEST_POSTGRES_URL=$$url $(BIN)/pytest -q -p no:cacheprovider; rc=$$?; \
+	  deploy/postgres.sh stop; exit $$rc
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests
+	$(BIN)/ruff format --check src tests
+
+bench: $(STAMP)
+	$(BIN)/python bench/cycle_bench.py

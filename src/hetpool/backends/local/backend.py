@@ -1,0 +1,320 @@
+"""Runs placed work as processes on this machine, emulating the placed devices.
+
+Each worker of a `LaunchRequest` is one detached supervisor (`runner.py`) that runs the
+command under ``/bin/sh -c`` with the vendor's visible-devices variable set to the assigned
+device indices. All state lives in files under ``<work_dir>/jobs/<job_name>/``, never in
+this object, so a restarted server (a new `LocalBackend` on the same work_dir) finds, polls,
+cancels and reads the logs of jobs that an earlier one started::
+
+    request.json          the request and each worker's environment (written first)
+    worker-<rank>/pid     the runner's pid (the runner leads its own process group)
+    worker-<rank>/output.log   the command's stdout and stderr
+    worker-<rank>/exit_code    written by the runner when the command has ended
+    worker-<rank>/cancelled    marker: the worker was told to stop
+"""
+
+from __future__ import annotations
+
+import codecs
+import dataclasses
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from hetpool.backends.base import (
+    Backend,
+    JobHandle,
+    JobPhase,
+    JobStatus,
+    LaunchRequest,
+    LogChunk,
+    SupportsGang,
+    SupportsLogStreaming,
+    job_name,
+    worker_environment,
+)
+
+RUNNER_MODULE = "hetpool.backends.local.runner"
+# A worker without a pid file this long after request.json was written was never started
+# (the server died between writing the request and spawning it): report it as failed.
+START_GRACE_S = 30.0
+_SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+@dataclass(frozen=True)
+class _Worker:
+    """What the files (and /proc) say about one worker right now."""
+
+    rank: int
+    dir: Path
+    pid: int | None
+    alive: bool
+    exit_code: int | None
+    cancelled: bool
+    never_started: bool  # no pid file long after the job was written
+
+    @property
+    def ended(self) -> bool:
+        if self.alive:
+            return False
+        return self.exit_code is not None or self.pid is not None or self.cancelled or self.never_started
+
+
+class LocalBackend(Backend, SupportsGang, SupportsLogStreaming):
+    kind = "local"
+
+    def __init__(self, work_dir: Path) -> None:
+        # Absolute, because the path is part of the runner's command line, which is how a
+        # live runner is told apart from an unrelated process that reused its pid.
+        self.work_dir = Path(work_dir).resolve()
+        (self.work_dir / "jobs").mkdir(parents=True, exist_ok=True)
+        self._children: list[subprocess.Popen[bytes]] = []
+        self._lock = threading.Lock()
+
+    # -- the contract ---------------------------------------------------------------------
+
+    def submit(self, request: LaunchRequest) -> JobHandle:
+        self._reap()
+        if not request.workers:
+            raise ValueError(f"{request.job_name}: a launch request needs at least one worker")
+        ranks = [w.rank for w in request.workers]
+        if len(set(ranks)) != len(ranks):
+            raise ValueError(f"{request.job_name}: duplicate worker ranks {sorted(ranks)}")
+        job_dir = self._job_dir(request.job_name)
+        job_dir.mkdir(parents=True, exist_ok=True)
+        # The environment is computed once, here, and stored: every worker of the gang, even
+        # one started later by a restarted server, sees the same values (e.g. master port).
+        payload = {
+            "request": dataclasses.asdict(request),
+            "env": {str(w.rank): worker_environment(request, w) for w in request.workers},
+        }
+        # request.json is the exactly-once key: only the submit that creates it defines the
+        # job; a repeated submit uses what is stored and only starts workers never started.
+        create_exclusive(job_dir / "request.json", json.dumps(payload, indent=2))
+        stored = self._load(job_dir)
+        for worker in stored["request"]["workers"]:
+            wdir = job_dir / f"worker-{worker['rank']}"
+            wdir.mkdir(exist_ok=True)
+            if any((wdir / name).exists() for name in ("pid", "exit_code", "cancelled")):
+                continue
+            self._spawn(job_dir, wdir, worker["rank"])
+        return JobHandle(backend=self.kind, job_id=request.job_name)
+
+    def find(self, task_id: str, attempt: int) -> JobHandle | None:
+        name = job_name(task_id, attempt)
+        if _SAFE_NAME.fullmatch(name) and (self.work_dir / "jobs" / name / "request.json").exists():
+            return JobHandle(backend=self.kind, job_id=name)
+        return None
+
+    def poll(self, handles: list[JobHandle]) -> dict[str, JobStatus]:
+        self._reap()
+        return {h.job_id: self._status(h.job_id) for h in handles}
+
+    def cancel(self, handle: JobHandle) -> None:
+        self._reap()
+        workers = self._workers(handle.job_id)
+        if workers is not None:
+            self._stop([w for w in workers if not w.ended])
+
+    def logs(self, handle: JobHandle, rank: int = 0, offset: int = 0, limit: int = 65536) -> LogChunk:
+        workers = self._workers(handle.job_id)
+        if workers is None:
+            raise ValueError(f"unknown local job {handle.job_id!r}")
+        by_rank = {w.rank: w for w in workers}
+        if rank not in by_rank:
+            raise ValueError(f"job {handle.job_id} has no worker rank {rank}; valid ranks: {sorted(by_rank)}")
+        worker = by_rank[rank]
+        path = worker.dir / "output.log"
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                data = f.read(max(limit, 4))  # at least one whole UTF-8 character
+                size = os.fstat(f.fileno()).st_size
+        except FileNotFoundError:
+            data, size = b"", 0
+        end = offset + len(data)
+        at_eof = end >= size
+        # Offsets count bytes; never split a UTF-8 character across chunks: hold back an
+        # incomplete tail unless it is the very end of a finished log.
+        final = worker.ended and at_eof
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        text = decoder.decode(data, final=final)
+        held_back = len(decoder.getstate()[0])
+        end -= held_back
+        return LogChunk(text=text, offset=end, complete=final and held_back == 0)
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _job_dir(self, name: str) -> Path:
+        # The name becomes a directory: refuse anything that could escape jobs/.
+        if not _SAFE_NAME.fullmatch(name):
+            raise ValueError(f"job name {name!r} is not usable as a directory name")
+        return self.work_dir / "jobs" / name
+
+    @staticmethod
+    def _load(job_dir: Path) -> dict:
+        return json.loads((job_dir / "request.json").read_text(encoding="utf-8"))
+
+    def _spawn(self, job_dir: Path, wdir: Path, rank: int) -> None:
+        # The runner's own stdout/stderr also go to output.log, so a runner that crashes
+        # leaves its traceback where the user looks. No pipes: the runner must not depend on
+        # this process staying alive, and start_new_session detaches it from our signals.
+        with open(wdir / "output.log", "ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", RUNNER_MODULE, str(job_dir), str(rank)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+            )
+        with self._lock:
+            self._children.append(proc)  # kept only to reap it (see _reap)
+        # The runner writes its pid too (in case we die right here); whoever writes first
+        # wins, and a runner that finds another pid there exits without running anything.
+        create_exclusive(wdir / "pid", str(proc.pid))
+
+    def _reap(self) -> None:
+        # We are the runners' parent: without waiting on them, each finished runner would
+        # stay a zombie for as long as the server lives.
+        with self._lock:
+            self._children = [p for p in self._children if p.poll() is None]
+
+    def _workers(self, name: str) -> list[_Worker] | None:
+        if not _SAFE_NAME.fullmatch(name):
+            return None
+        job_dir = self.work_dir / "jobs" / name
+        try:
+            stored = self._load(job_dir)
+            written = (job_dir / "request.json").stat().st_mtime
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        result = []
+        for worker in stored["request"]["workers"]:
+            rank = worker["rank"]
+            wdir = job_dir / f"worker-{rank}"
+            pid = _read_int(wdir / "pid")
+            result.append(
+                _Worker(
+                    rank=rank,
+                    dir=wdir,
+                    pid=pid,
+                    alive=pid is not None and _runner_alive(pid, job_dir, rank),
+                    exit_code=_read_int(wdir / "exit_code"),
+                    cancelled=(wdir / "cancelled").exists(),
+                    never_started=pid is None and time.time() - written > START_GRACE_S,
+                )
+            )
+        return sorted(result, key=lambda w: w.rank)
+
+    def _status(self, name: str) -> JobStatus:
+        workers = self._workers(name)
+        if workers is None:
+            return JobStatus(JobPhase.LOST, message=f"no local job {name}")
+        # A worker that failed on its own (not one we told to stop) fails the whole job.
+        failures = []
+        for w in workers:
+            if w.cancelled or not w.ended:
+                continue
+            if w.exit_code is not None and w.exit_code != 0:
+                failures.append((w.exit_code, f"worker rank {w.rank} exited with code {w.exit_code}"))
+            elif w.exit_code is None and w.never_started:
+                failures.append((None, f"worker rank {w.rank} was never started"))
+            elif w.exit_code is None:
+                failures.append((None, f"worker rank {w.rank}: runner died (pid {w.pid}) before the command ended"))
+        running = [w for w in workers if not w.ended]
+        if failures:
+            # A gang cannot go on without a member: stop the others. The job is reported as
+            # failed only once every process is gone, so its devices are really free again.
+            self._stop([w for w in running if not w.cancelled])
+            code = next((c for c, _ in failures if c is not None), None)
+            message = "; ".join(m for _, m in failures)
+            if running:
+                return JobStatus(JobPhase.RUNNING, message=f"stopping the other workers: {message}")
+            return JobStatus(JobPhase.FAILED, exit_code=code, message=message)
+        if any(w.cancelled for w in workers):
+            if running:
+                return JobStatus(JobPhase.RUNNING, message="cancelling")
+            return JobStatus(JobPhase.CANCELLED, message="cancelled")
+        if all(w.exit_code == 0 for w in workers):
+            return JobStatus(JobPhase.SUCCEEDED, exit_code=0)
+        if any(w.alive for w in workers):
+            done = sum(w.exit_code == 0 for w in workers)
+            return JobStatus(JobPhase.RUNNING, message=f"{done}/{len(workers)} workers finished")
+        return JobStatus(JobPhase.PENDING, message="workers starting")
+
+    def _stop(self, workers: list[_Worker]) -> None:
+        # The marker comes first: it is what makes the outcome "cancelled", whether or not
+        # the process is still there to signal, and it keeps a later submit from starting it.
+        for w in workers:
+            (w.dir / "cancelled").touch()
+        for w in workers:
+            if w.pid is None or not w.alive:
+                continue
+            try:
+                if os.getpgid(w.pid) == w.pid:  # it leads its own group, as we started it
+                    # The whole group: the command's children die too. The runner arms its
+                    # own SIGKILL after a grace period, so we never block here.
+                    os.killpg(w.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass  # ended in between
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Readers see either no file or the whole content, even across a crash or reboot."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def create_exclusive(path: Path, text: str) -> bool:
+    """Atomically create `path` holding `text`; False when it already exists.
+
+    A hard link fails on an existing target, so of two racing creators exactly one wins and
+    nobody ever sees a half-written file (unlike O_EXCL followed by write).
+    """
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    write_atomic(tmp, text)
+    try:
+        os.link(tmp, path)
+        return True
+    except FileExistsError:
+        return False
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None  # absent, or (pid written by a racing writer) not yet complete
+
+
+def _runner_alive(pid: int, job_dir: Path, rank: int) -> bool:
+    """Is `pid` still our runner for this worker (and not a zombie or a reused pid)?"""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return False  # someone else's process: ours run as us
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return True  # no /proc (e.g. macOS): the signal check is all we have
+    try:
+        args = (proc / str(pid) / "cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    # A zombie has an empty cmdline; a reused pid runs something else.
+    return RUNNER_MODULE.encode() in args and str(job_dir).encode() in args and str(rank).encode() in args

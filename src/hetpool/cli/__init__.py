@@ -1,0 +1,1 @@
+"""The `hetpool` command line (Typer + Rich), built on the HTTP client."""

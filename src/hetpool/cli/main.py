@@ -1,0 +1,301 @@
+"""`hetpool` — the command line. Every command except `up` and `admin` talks to the API."""
+
+from __future__ import annotations
+
+import sys
+import time
+from functools import wraps
+from pathlib import Path
+
+import typer
+
+from hetpool import __version__
+from hetpool.cli.config import load_config, save_config
+from hetpool.cli.files import read_documents, read_single_task
+from hetpool.cli.render import OutputFormat, console, emit_data, err_console, placements_text, plan_report, table
+from hetpool.client import ApiError, HetpoolClient
+from hetpool.core.errors import HetpoolError
+from hetpool.core.specs import resolve_kind
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="hetpool: unified scheduling of heterogeneous compute.")
+audit_app = typer.Typer(no_args_is_help=True, help="The audit trail.")
+admin_app = typer.Typer(no_args_is_help=True, help="Local administration of a server's data directory.")
+app.add_typer(audit_app, name="audit")
+app.add_typer(admin_app, name="admin")
+
+UrlOpt = typer.Option(None, "--url", envvar="HETPOOL_URL", help="server URL (default http://127.0.0.1:8080)")
+TokenOpt = typer.Option(None, "--token", envvar="HETPOOL_TOKEN", help="API token")
+OutOpt = typer.Option(OutputFormat.TABLE, "-o", "--output", help="table, json or yaml")
+FileOpt = typer.Option(..., "-f", "--file", help="YAML file, directory or '-' for stdin")
+
+
+def _client(url: str | None, token: str | None) -> HetpoolClient:
+    cfg = load_config(url, token)
+    return HetpoolClient(cfg.url, cfg.token)
+
+
+def handles_errors(fn):
+    """Turn API and spec errors into a message on stderr and exit code 1 (2 for bad input)."""
+
+    @wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except ApiError as exc:
+            err_console.print(f"[red]error[/red] ({exc.status or 'no connection'} {exc.code}): {exc.message}")
+            for detail in exc.details[:20]:
+                err_console.print(f"  - {detail.get('loc', '')}: {detail.get('msg', '')}")
+            raise typer.Exit(2 if exc.status in (400, 409, 413, 422) else 1) from None
+        except HetpoolError as exc:
+            err_console.print(f"[red]error[/red]: {exc.message}")
+            for detail in exc.details[:20]:
+                err_console.print(f"  - {detail.get('loc', '')}: {detail.get('msg', '')}")
+            raise typer.Exit(2) from None
+
+    return wrapper
+
+
+@app.command()
+def version() -> None:
+    """Print the hetpool version."""
+    print(__version__)
+
+
+@app.command()
+def up(
+    demo: bool = typer.Option(False, "--demo", help="load the demo inventory from examples/demo"),
+    data_dir: Path = typer.Option(None, "--data-dir", envvar="HETPOOL_DATA_DIR", help="default: ~/.hetpool"),
+    host: str = typer.Option("127.0.0.1", "--host"),
+    port: int = typer.Option(8080, "--port"),
+    database_url: str = typer.Option("", "--database-url", envvar="HETPOOL_DATABASE_URL", help="default: SQLite in the data dir"),
+    demo_dir: Path = typer.Option(Path("examples/demo"), "--demo-dir", help="inventory loaded by --demo"),
+    workers: bool = typer.Option(True, "--workers/--no-workers", help="run the scheduler, dispatcher and reconciler"),
+) -> None:
+    """Start the server: API, scheduler, dispatcher and home page."""
+    from hetpool.cli.serve import serve
+
+    serve(demo=demo, data_dir=data_dir, host=host, port=port, database_url=database_url, demo_dir=demo_dir, workers=workers)
+
+
+@app.command()
+@handles_errors
+def login(url: str = typer.Argument(..., help="server URL"), token: str = typer.Option(..., "--token", prompt=True, hide_input=True)) -> None:
+    """Check the token against the server and remember both (~/.config/hetpool/config.json, mode 600)."""
+    with HetpoolClient(url, token) as client:
+        client.list_objects("clusters")
+    path = save_config(url, token)
+    console.print(f"logged in to {url}; saved to {path}")
+
+
+@app.command()
+@handles_errors
+def apply(files: list[str] = FileOpt, url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutOpt) -> None:
+    """Create or update objects from YAML (all or nothing); Task documents are submitted."""
+    documents, sources = read_documents(files)
+    with _client(url, token) as client:
+        results = client.apply(documents, sources)
+    if not emit_data(results, output):
+        for r in results:
+            suffix = f" ({r['id']})" if r.get("id") else ""
+            console.print(f"{r['kind'].lower()}/{r['name']} {r['action']}{suffix}")
+
+
+@app.command()
+@handles_errors
+def get(
+    kind: str = typer.Argument(..., help="tasks, clusters, nodes, pools, tenants, templates, devicemodels"),
+    state: str = typer.Option(None, "--state", help="tasks only: filter by state"),
+    tenant: str = typer.Option(None, "--tenant", help="tasks only: a tenant subtree"),
+    url: str = UrlOpt,
+    token: str = TokenOpt,
+    output: OutputFormat = OutOpt,
+) -> None:
+    """List objects of a kind."""
+    resolved = resolve_kind(kind)
+    with _client(url, token) as client:
+        items = client.list_tasks(state=state, tenant=tenant) if resolved == "Task" else client.list_objects(kind)
+    if emit_data(items, output):
+        return
+    if resolved == "Task":
+        table(
+            ["ID", "NAME", "TENANT", "TYPE", "STATE", "PLACEMENT", "MESSAGE"],
+            [
+                [t["id"], t["name"], t["tenant"], t["type"], t["state"], placements_text(t["placements"]), (t.get("message") or "")[:60]]
+                for t in items
+            ],
+        )
+    elif resolved == "DeviceModel":
+        table(
+            ["NAME", "CLASS", "VENDOR", "MEMORY GB", "BF16 TFLOPS", "RUNTIME"],
+            [[m["name"], m["class"], m["vendor"], m["memory_gb"], m.get("bf16_tflops") or "-", m["runtime"]] for m in items],
+        )
+    elif resolved == "Node":
+        table(
+            ["NAME", "CLUSTER", "CPU", "MEMORY GB", "DEVICES", "DRIVER", "RUNTIME"],
+            [
+                [
+                    n["name"],
+                    n["cluster"],
+                    n["cpu_cores"],
+                    n["memory_gb"],
+                    " ".join(f"{g['count']}x{g['model']}" for g in n["devices"]) or "-",
+                    (n.get("stack") or {}).get("driver") or "-",
+                    _runtime_text((n.get("stack") or {}).get("runtime")),
+                ]
+                for n in items
+            ],
+        )
+    elif resolved == "Pool":
+        table(
+            ["NAME", "CLUSTER", "MODEL", "NODES", "PRICE/H", "SHAREABLE"],
+            [[p["name"], p["cluster"], p["model"], len(p["nodes"]), p["price_per_hour"], p["shareable"]] for p in items],
+        )
+    else:
+        table(["NAME", "DESCRIPTION"], [[o["name"], o.get("description", "")] for o in items])
+
+
+def _runtime_text(runtime: dict | None) -> str:
+    return f"{runtime['name']} {runtime['version']}" if runtime else "-"
+
+
+@app.command()
+@handles_errors
+def describe(kind: str, name: str, url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputFormat.YAML) -> None:
+    """Show one object in full (tasks: placement, explanation, timeline)."""
+    resolved = resolve_kind(kind)
+    with _client(url, token) as client:
+        data = client.get_task(name) if resolved == "Task" else client.get_object(kind, name)
+    emit_data(data, output if output != OutputFormat.TABLE else OutputFormat.YAML)
+
+
+@app.command()
+@handles_errors
+def delete(kind: str, name: str, url: str = UrlOpt, token: str = TokenOpt) -> None:
+    """Delete an object that nothing uses any more."""
+    if resolve_kind(kind) == "Task":
+        raise typer.BadParameter("tasks are not deleted; use `hetpool cancel ID`")
+    with _client(url, token) as client:
+        client.delete_object(kind, name)
+    console.print(f"{kind}/{name} deleted")
+
+
+@app.command()
+@handles_errors
+def submit(file: str = FileOpt, url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutOpt) -> None:
+    """Submit a task; prints its id."""
+    task = read_single_task(file)
+    with _client(url, token) as client:
+        created = client.submit(task)
+    if not emit_data(created, output):
+        print(created["id"])
+
+
+@app.command()
+@handles_errors
+def plan(file: str = FileOpt, url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutOpt) -> None:
+    """Show where a task would run now, the fallback taken and why; commits nothing."""
+    task = read_single_task(file)
+    with _client(url, token) as client:
+        result = client.plan(task)
+    if not emit_data(result, output):
+        plan_report(result)
+
+
+@app.command()
+@handles_errors
+def logs(
+    task_id: str,
+    follow: bool = typer.Option(False, "-f", "--follow", help="keep printing until the task ends"),
+    rank: int = typer.Option(None, "--rank", help="one worker (default: all, one after another)"),
+    url: str = UrlOpt,
+    token: str = TokenOpt,
+) -> None:
+    """Print a task's output."""
+    with _client(url, token) as client:
+        task = client.get_task(task_id)
+        ranks = [rank] if rank is not None else list(range(max(len(task["placements"]), 1)))
+        offsets = dict.fromkeys(ranks, 0)
+        done: set[int] = set()
+        while True:
+            for r in ranks:
+                if r in done:
+                    continue
+                chunk = client.logs(task_id, rank=r, offset=offsets[r])
+                if chunk["text"]:
+                    prefix = f"[{r}] " if len(ranks) > 1 else ""
+                    for line in chunk["text"].splitlines(keepends=True):
+                        sys.stdout.write(prefix + line)
+                    sys.stdout.flush()
+                offsets[r] = chunk["offset"]
+                if chunk["complete"]:
+                    done.add(r)
+            if not follow or len(done) == len(ranks):
+                break
+            time.sleep(0.5)
+
+
+@app.command()
+@handles_errors
+def cancel(task_id: str, url: str = UrlOpt, token: str = TokenOpt) -> None:
+    """Cancel a task; running work is stopped on its backend."""
+    with _client(url, token) as client:
+        task = client.cancel(task_id)
+    console.print(f"{task_id}: {'cancelling' if task['state'] in ('dispatched', 'running') else task['state']}")
+
+
+@audit_app.command("list")
+@handles_errors
+def audit_list(
+    object_id: str = typer.Option(None, "--object"),
+    actor: str = typer.Option(None, "--actor"),
+    url: str = UrlOpt,
+    token: str = TokenOpt,
+    output: OutputFormat = OutOpt,
+) -> None:
+    """Audit events, oldest first."""
+    with _client(url, token) as client:
+        events = client.audit_events(object_id=object_id, actor=actor)
+    if not emit_data(events, output):
+        table(
+            ["ID", "TIME", "ACTOR", "ACTION", "OBJECT"],
+            [[e["id"], e["ts"], e["actor"], e["action"], f"{e['object_kind']}/{e['object_id']}"] for e in events],
+        )
+
+
+@audit_app.command("verify")
+@handles_errors
+def audit_verify(url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutOpt) -> None:
+    """Check the audit hash chain; exit 1 and name the first bad event if broken."""
+    with _client(url, token) as client:
+        result = client.audit_verify()
+    if not emit_data(result, output):
+        if result["ok"]:
+            console.print(f"[green]audit chain intact[/green]: {result['events']} events")
+        else:
+            console.print(f"[red]audit chain broken[/red] at event {result['first_bad_event']}: {result['problem']}")
+    if not result["ok"]:
+        raise typer.Exit(1)
+
+
+@admin_app.command("reset-token")
+def admin_reset_token(
+    data_dir: Path = typer.Option(None, "--data-dir", envvar="HETPOOL_DATA_DIR"),
+    database_url: str = typer.Option("", "--database-url", envvar="HETPOOL_DATABASE_URL"),
+) -> None:
+    """Revoke the admin's tokens and print a new one (needs access to the database)."""
+    from hetpool.server.db.session import Database
+    from hetpool.server.services.auth import reset_admin_token
+    from hetpool.server.settings import Settings
+
+    settings = Settings(**{k: v for k, v in {"data_dir": data_dir, "database_url": database_url}.items() if v})
+    db = Database(settings.resolved_database_url())
+    db.migrate()
+    from hetpool.core.clock import Clock
+
+    with db.transaction() as session:
+        token = reset_admin_token(session, Clock().now())
+    print(token)
+
+
+if __name__ == "__main__":
+    app()

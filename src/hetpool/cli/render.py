@@ -1,0 +1,71 @@
+"""Output for humans (Rich tables) and machines (-o json / yaml)."""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+class OutputFormat(StrEnum):
+    TABLE = "table"
+    JSON = "json"
+    YAML = "yaml"
+
+
+def emit_data(data, fmt: OutputFormat) -> bool:
+    """Print `data` as JSON/YAML; False when the caller should print a table."""
+    if fmt == OutputFormat.JSON:
+        print(json.dumps(data, indent=2, ensure_ascii=False))
+        return True
+    if fmt == OutputFormat.YAML:
+        print(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), end="")
+        return True
+    return False
+
+
+def table(columns: list[str], rows: list[list], title: str | None = None) -> None:
+    t = Table(title=title, show_lines=False, header_style="bold")
+    for col in columns:
+        t.add_column(col)
+    for row in rows:
+        t.add_row(*["" if v is None else str(v) for v in row])
+    console.print(t)
+
+
+def placements_text(placements: list[dict]) -> str:
+    parts = []
+    for p in placements:
+        devices = ",".join(str(d) for d in p.get("devices", []))
+        parts.append(f"{p['node']}/{p['model']}[{devices}]" if devices else p["node"])
+    return " ".join(parts)
+
+
+def plan_report(plan: dict) -> None:
+    if plan["feasible"]:
+        console.print(f"[green]feasible[/green] — {plan['explanation']['summary']}")
+        table(
+            ["rank", "node", "pool", "model", "devices"],
+            [[p["rank"], p["node"], p["pool"], p["model"], ",".join(map(str, p["devices"])) or "-"] for p in plan["placements"]],
+        )
+        console.print(
+            f"fallback used: {'yes' if plan['fallback_used'] else 'no'} · estimated runtime: {plan.get('estimated_runtime', '-')}"
+            f" · cost/hour: {plan.get('cost_per_hour', 0)}"
+        )
+    else:
+        colour = "red" if not plan["fits_when_idle"] else "yellow"
+        console.print(f"[{colour}]not feasible now[/{colour}] — {plan['explanation']['summary']}")
+        table(["reason", "count"], [[r, c] for r, c in sorted(plan["reasons"].items(), key=lambda x: -x[1])])
+    attempts = plan["explanation"]["attempts"]
+    if attempts:
+        table(
+            ["candidate", "outcome", "workers fit", "reasons"],
+            [[a["candidate"], a["outcome"], a["workers_fit"], "; ".join(f"{k} ({v})" for k, v in a["reasons"].items())] for a in attempts],
+            title="candidates tried (in order)",
+        )

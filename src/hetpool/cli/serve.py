@@ -1,0 +1,52 @@
+"""`hetpool up`: migrate, create the admin token once, load the demo, serve."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import uvicorn
+from rich.console import Console
+
+from hetpool.cli.files import read_documents
+from hetpool.core.specs import parse_documents
+from hetpool.server.app import create_app, make_context
+from hetpool.server.services import auth
+from hetpool.server.services.inventory import apply_specs, load_inventory
+from hetpool.server.settings import Settings
+
+console = Console(stderr=True)
+
+
+def load_demo(ctx, demo_dir: Path) -> int:
+    """Apply the demo inventory if the catalog is still empty; returns objects applied."""
+    if not demo_dir.is_dir():
+        raise SystemExit(f"--demo: {demo_dir} is not a directory (run from the repository root or pass --demo-dir)")
+    documents, sources = read_documents([str(demo_dir)])
+    specs = parse_documents([(s, d) for s, d in zip(sources, documents, strict=True) if d.get("kind") != "Task"])
+    with ctx.db.transaction() as session:
+        if load_inventory(ctx, session).clusters:
+            return 0
+        return len(apply_specs(ctx, session, specs, actor="system"))
+
+
+def serve(*, demo: bool, data_dir: Path | None, host: str, port: int, database_url: str, demo_dir: Path, workers: bool) -> None:
+    overrides = {"host": host, "port": port, "run_workers": workers}
+    if data_dir:
+        overrides["data_dir"] = data_dir
+    if database_url:
+        overrides["database_url"] = database_url
+    settings = Settings(**overrides)
+    ctx = make_context(settings)
+    with ctx.db.transaction() as session:
+        token = auth.ensure_admin(session, ctx.clock.now())
+    url = f"http://{host}:{port}"
+    if token:
+        console.print("[bold]Admin API token (shown once; only its hash is stored):[/bold]")
+        console.print(f"  {token}")
+        console.print(f"Use it:  hetpool login {url} --token {token}")
+        console.print("         (or export HETPOOL_TOKEN=...; lost it? `hetpool admin reset-token`)")
+    if demo:
+        applied = load_demo(ctx, demo_dir)
+        console.print(f"demo inventory: {applied} objects applied from {demo_dir}" if applied else "demo inventory already present")
+    console.print(f"hetpool {settings.data_dir} · database {ctx.db.dialect} · serving on {url}")
+    uvicorn.run(create_app(settings, ctx), host=host, port=port, log_level="warning")

@@ -1,0 +1,89 @@
+"""HTTP client for /api/v1. Errors come back as `ApiError` with the server's code and details."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, code: str, message: str, details: list[dict] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.details = details or []
+
+
+class HetpoolClient:
+    def __init__(self, url: str, token: str | None, *, timeout: float = 30.0, transport: httpx.BaseTransport | None = None) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout, transport=transport)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> HetpoolClient:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _request(self, method: str, path: str, **kwargs) -> Any:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.ConnectError as exc:
+            raise ApiError(0, "unreachable", f"cannot reach the hetpool server at {self._http.base_url}: {exc}") from None
+        if response.status_code >= 400:
+            try:
+                body = response.json()
+            except ValueError:
+                body = {"message": response.text[:500]}
+            raise ApiError(response.status_code, body.get("code", "error"), body.get("message") or str(body.get("detail", "")), body.get("details"))
+        if response.status_code == 204:
+            return None
+        return response.json()
+
+    # -- objects ---------------------------------------------------------------
+    def apply(self, documents: list[dict], sources: list[str] | None = None) -> list[dict]:
+        return self._request("POST", "/api/v1/apply", json={"documents": documents, "sources": sources})["results"]
+
+    def list_objects(self, kind: str) -> list[dict]:
+        return self._request("GET", f"/api/v1/objects/{kind}")
+
+    def get_object(self, kind: str, name: str) -> dict:
+        return self._request("GET", f"/api/v1/objects/{kind}/{name}")
+
+    def delete_object(self, kind: str, name: str) -> None:
+        self._request("DELETE", f"/api/v1/objects/{kind}/{name}")
+
+    # -- tasks -----------------------------------------------------------------
+    def plan(self, task: dict) -> dict:
+        return self._request("POST", "/api/v1/tasks/plan", json=task)
+
+    def submit(self, task: dict) -> dict:
+        return self._request("POST", "/api/v1/tasks", json=task)
+
+    def list_tasks(self, state: str | None = None, tenant: str | None = None) -> list[dict]:
+        params = {k: v for k, v in {"state": state, "tenant": tenant}.items() if v}
+        return self._request("GET", "/api/v1/tasks", params=params)
+
+    def get_task(self, task_id: str) -> dict:
+        return self._request("GET", f"/api/v1/tasks/{task_id}")
+
+    def cancel(self, task_id: str) -> dict:
+        return self._request("POST", f"/api/v1/tasks/{task_id}/cancel")
+
+    def logs(self, task_id: str, rank: int = 0, offset: int = 0) -> dict:
+        return self._request("GET", f"/api/v1/tasks/{task_id}/logs", params={"rank": rank, "offset": offset})
+
+    # -- audit -----------------------------------------------------------------
+    def audit_events(self, **filters: Any) -> list[dict]:
+        return self._request("GET", "/api/v1/audit", params={k: v for k, v in filters.items() if v is not None})
+
+    def audit_verify(self) -> dict:
+        return self._request("GET", "/api/v1/audit/verify")
+
+    def health(self) -> dict:
+        return self._request("GET", "/healthz")

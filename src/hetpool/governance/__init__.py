@@ -1,0 +1,1 @@
+"""Governance rules as pure functions: audit chain, (later) quotas, approvals, cost."""

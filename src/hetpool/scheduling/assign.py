@@ -1,0 +1,262 @@
+"""Placement of one task on a snapshot: candidate groups, ordered fallback, gang, scoring.
+
+A task's acceptable devices form *groups* tried in order: the preferred devices first
+(`per_worker.devices.models` or the device class), then each `fallback:` entry in the
+user's order. `any_of:` entries form one group and the scorer picks among them. Every
+group tried is recorded as an `Attempt` with its outcome and reasons, so a pending task
+can always say why.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hetpool.core.inventory import DeviceClass, TaskType
+from hetpool.core.tasks import TaskSpec
+from hetpool.scheduling.filters import (
+    REASON_CLASS,
+    REASON_GANG,
+    CompatCheck,
+    class_matches,
+    pool_verdict,
+    workers_fit_per_row,
+)
+from hetpool.scheduling.snapshot import Snapshot
+
+REASON_UNKNOWN_CANDIDATE = "unknown device model or pool"
+REASON_NO_POOLS = "no pool offers the requested devices"
+SPREAD_TYPES = {TaskType.INFERENCE}
+
+
+@dataclass(frozen=True)
+class WorkerPlacement:
+    rank: int
+    node: str
+    pool: str
+    model: str
+    device_indices: tuple[int, ...]
+    device_fraction: float
+    cpu: float
+    memory_gb: float
+    price_per_hour: float  # for this worker's devices
+
+    def to_dict(self) -> dict:
+        return {
+            "rank": self.rank,
+            "node": self.node,
+            "pool": self.pool,
+            "model": self.model,
+            "devices": list(self.device_indices),
+            "device_fraction": self.device_fraction,
+            "cpu": self.cpu,
+            "memory_gb": self.memory_gb,
+        }
+
+
+@dataclass
+class Attempt:
+    """One candidate group tried for a task, and what happened."""
+
+    label: str
+    pools: list[str]
+    outcome: str  # "fit" | "no-fit" | "skipped"
+    workers_fit: int = 0
+    reasons: Counter = field(default_factory=Counter)
+    details: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {
+            "candidate": self.label,
+            "pools": self.pools,
+            "outcome": self.outcome,
+            "workers_fit": self.workers_fit,
+            "reasons": dict(self.reasons),
+            "details": self.details[:10],
+        }
+
+
+@dataclass
+class Assignment:
+    feasible: bool
+    placements: list[WorkerPlacement]
+    fallback_used: bool
+    attempts: list[Attempt]
+    chosen: str | None = None
+
+    @property
+    def reasons(self) -> Counter:
+        total: Counter = Counter()
+        for attempt in self.attempts:
+            total.update(attempt.reasons)
+        return total
+
+
+@dataclass
+class _Group:
+    label: str
+    pools: list[int]
+    unknown: bool = False
+
+
+def candidate_groups(snap: Snapshot, task: TaskSpec) -> list[_Group]:
+    demand = task.per_worker.devices
+    device_class = demand.device_class if demand is not None else None
+    groups: list[_Group] = []
+
+    def pools_for(entry: str) -> list[int]:
+        return [p.index for p in snap.pools if p.name == entry or p.model.name == entry]
+
+    if demand is not None and demand.models:
+        idx = sorted({i for m in demand.models for i in pools_for(m)})
+        groups.append(_Group(",".join(demand.models), idx, unknown=not idx))
+    if task.any_of:
+        idx = sorted({i for e in task.any_of for i in pools_for(e)})
+        groups.append(_Group("any_of: " + ",".join(task.any_of), idx, unknown=not idx))
+    elif task.fallback:
+        for entry in task.fallback:
+            if demand is not None and entry in demand.models:
+                continue
+            idx = pools_for(entry)
+            groups.append(_Group(entry, idx, unknown=not idx))
+    if not groups:
+        if device_class is None:
+            groups.append(_Group("any node", [p.index for p in snap.pools]))
+        else:
+            groups.append(_Group(f"class {device_class.value}", [p.index for p in snap.pools if p.model.device_class == device_class]))
+    return groups
+
+
+def _row_scores(snap: Snapshot, rows: np.ndarray, task: TaskSpec) -> np.ndarray:
+    """Higher is better. Training packs, inference spreads; locality, price, performance."""
+    pools = [snap.pools[int(snap.row_pool[r])] for r in rows]
+    free = snap.whole_free()[rows].astype(np.float64)
+    total = np.maximum(snap.device_totals()[rows].astype(np.float64), 1.0)
+    score = np.zeros(len(rows))
+    if task.per_worker.devices is not None:
+        if task.task_type in SPREAD_TYPES:
+            score += free / total  # emptiest nodes first: replicas land apart
+        else:
+            score += 1.0 - free / total  # fullest nodes first: keep whole nodes free
+        perf = np.array([p.model.perf_for(task.task_type) for p in pools])
+        score += 0.5 * perf / max(perf.max(), 1e-9)
+    else:
+        # Device-less work belongs on CPU pools; accelerators stay free for what needs them.
+        score += np.array([2.0 if p.model.device_class == DeviceClass.CPU else 0.0 for p in pools])
+    if task.data is not None and task.data.zone:
+        zones = np.array([snap.node_zone[int(snap.row_node[r])] == task.data.zone for r in rows])
+        score += 1.0 * zones
+    price = np.array([p.spec.price_per_hour for p in pools])
+    if price.max() > 0:
+        score -= 0.3 * price / price.max()
+    return score
+
+
+def _pick_devices(snap: Snapshot, row: int, count: float) -> tuple[tuple[int, ...], float]:
+    free = snap.dev_free[row]
+    if count >= 1:
+        idle = np.flatnonzero(free >= 1.0 - 1e-9)
+        return tuple(int(i) for i in idle[: int(count)]), 1.0
+    # Fractional: the fullest device that still has room, to keep other devices whole.
+    ok = np.flatnonzero(free >= count - 1e-9)
+    best = ok[np.argmin(free[ok])]
+    return (int(best),), float(count)
+
+
+def _place_group(snap: Snapshot, task: TaskSpec, rows: np.ndarray) -> list[WorkerPlacement] | None:
+    """Place all workers on `rows` of `snap` (mutated), or None (gang: all or nothing)."""
+    demand = task.per_worker.devices
+    placements: list[WorkerPlacement] = []
+    used_nodes: Counter = Counter()
+    for rank in range(task.workers):
+        fit, _ = workers_fit_per_row(snap, rows, task)
+        ok = fit > 0
+        if not ok.any():
+            return None
+        score = _row_scores(snap, rows, task)
+        spread = task.task_type in SPREAD_TYPES
+        nodes = snap.row_node[rows]
+        usage = np.array([used_nodes[int(n)] for n in nodes], dtype=np.float64)
+        # Spread: penalise nodes this task already uses; pack: reward them (keep workers close).
+        score = score - 10.0 * usage if spread else score + 0.2 * np.minimum(usage, 1)
+        score = np.where(ok, score, -np.inf)
+        i = int(np.argmax(score))
+        row = int(rows[i])
+        pool = snap.pools[int(snap.row_pool[row])]
+        if demand is not None:
+            indices, fraction = _pick_devices(snap, row, demand.count)
+        else:
+            indices, fraction = (), 0.0
+        snap.take(row, indices, fraction, task.per_worker.cpu, task.per_worker.memory_gb)
+        used_nodes[int(snap.row_node[row])] += 1
+        devices_held = len(indices) * fraction
+        placements.append(
+            WorkerPlacement(
+                rank=rank,
+                node=snap.node_names[int(snap.row_node[row])],
+                pool=pool.name,
+                model=pool.model.name,
+                device_indices=indices,
+                device_fraction=fraction,
+                cpu=task.per_worker.cpu,
+                memory_gb=task.per_worker.memory_gb,
+                price_per_hour=devices_held * pool.spec.price_per_hour,
+            )
+        )
+    return placements
+
+
+def assign(snap: Snapshot, task: TaskSpec, compat_check: CompatCheck) -> Assignment:
+    """Try each candidate group in order on a copy of `snap`; the first that fits wins.
+
+    `snap` itself is not changed; the caller applies the placements it accepts.
+    """
+    demand = task.per_worker.devices
+    device_class = demand.device_class if demand is not None else None
+    use_class = not (task.fallback or task.any_of or (demand is not None and demand.models))
+    attempts: list[Attempt] = []
+    for position, group in enumerate(candidate_groups(snap, task)):
+        pools = [snap.pools[i] for i in group.pools]
+        attempt = Attempt(label=group.label, pools=[p.name for p in pools], outcome="no-fit")
+        attempts.append(attempt)
+        if group.unknown or not pools:
+            reason = REASON_UNKNOWN_CANDIDATE if group.unknown else REASON_NO_POOLS
+            attempt.reasons[reason] += 1
+            attempt.details.append(f"{group.label}: {reason}")
+            continue
+        rows: list[int] = []
+        for pool in pools:
+            if use_class and not class_matches(pool, device_class):
+                attempt.reasons[REASON_CLASS] += len(pool.rows)
+                continue
+            verdict = pool_verdict(pool, task, compat_check)
+            if not verdict.ok:
+                attempt.reasons[verdict.reason] += max(len(pool.rows), 1)
+                attempt.details.append(f"{pool.name}: {verdict.detail}")
+                continue
+            rows.extend(pool.rows)
+        if not rows:
+            continue
+        row_arr = np.array(sorted(rows), dtype=np.int64)
+        fit, reasons = workers_fit_per_row(snap, row_arr, task)
+        attempt.workers_fit = int(fit.sum())
+        trial = snap.copy()
+        placements = _place_group(trial, task, row_arr)
+        if placements is not None:
+            attempt.outcome = "fit"
+            return Assignment(
+                feasible=True,
+                placements=placements,
+                fallback_used=position > 0,
+                attempts=attempts,
+                chosen=group.label,
+            )
+        for reason in reasons:
+            if reason:
+                attempt.reasons[reason] += 1
+        if attempt.workers_fit > 0:
+            attempt.reasons[REASON_GANG] += 1
+            attempt.details.append(f"{attempt.workers_fit} of {task.workers} workers fit now")
+    return Assignment(feasible=False, placements=[], fallback_used=False, attempts=attempts)

@@ -1,0 +1,124 @@
+"""Hard filters. Each returns, per pool or per row, whether it passes and why not.
+
+Pool-level filters (compatibility, features, memory, reservation) are decided once per
+pool and broadcast to the pool's rows; row-level filters (health, free capacity) are
+boolean masks over the snapshot's arrays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from hetpool.core.inventory import DeviceClass
+from hetpool.core.tasks import Priority, TaskSpec
+from hetpool.core.tenancy import tenant_ancestors
+from hetpool.scheduling.snapshot import PoolView, Snapshot
+
+# The compatibility check is injected (the catalog's CompatibilityKB.check), keeping the
+# core free of data loading.
+CompatCheck = Callable[..., object]
+
+REASON_COMPAT = "incompatible software stack"
+REASON_FEATURES = "missing required device features"
+REASON_MEMORY = "device memory below min_memory_gb"
+REASON_RESERVED = "pool reserved for other tenants"
+REASON_FRACTION = "pool does not allow fractional devices"
+REASON_UNHEALTHY = "node unhealthy or not schedulable"
+REASON_DEVICES = "not enough free devices"
+REASON_DEVICES_TOTAL = "fewer devices per node than requested"
+REASON_CPU = "not enough free CPU"
+REASON_MEMORY_HOST = "not enough free host memory"
+REASON_CPU_TOTAL = "node has fewer CPU cores than requested"
+REASON_MEMORY_HOST_TOTAL = "node has less host memory than requested"
+REASON_GANG = "not enough nodes for all workers at once (gang)"
+REASON_CLASS = "device class does not match"
+
+
+@dataclass(frozen=True)
+class PoolVerdict:
+    ok: bool
+    reason: str = ""
+    detail: str = ""
+
+
+def pool_verdict(pool: PoolView, task: TaskSpec, compat_check: CompatCheck) -> PoolVerdict:
+    """Can this pool run this task at all (ignoring free capacity)?"""
+    demand = task.per_worker.devices
+    model = pool.model
+    if demand is not None:
+        if demand.min_memory_gb and model.memory_gb * min(demand.count, 1.0) < demand.min_memory_gb:
+            return PoolVerdict(False, REASON_MEMORY, f"{model.name} has {model.memory_gb:g} GB, the task needs {demand.min_memory_gb:g} GB")
+        if demand.count < 1 and not pool.spec.shareable:
+            return PoolVerdict(False, REASON_FRACTION, f"pool {pool.name} is not shareable; the task asks for {demand.count:g} of a device")
+    missing = sorted(set(task.features) - set(model.features))
+    if missing:
+        return PoolVerdict(False, REASON_FEATURES, f"{model.name} lacks {', '.join(missing)}")
+    reservation = pool.spec.reserved_for
+    if reservation is not None and not reservation_allows(reservation, task):
+        return PoolVerdict(False, REASON_RESERVED, f"pool {pool.name} is reserved for {', '.join(reservation.tenants) or 'higher priorities'}")
+    verdict = compat_check(model, pool.stack, task.framework, has_image=bool(task.image))
+    if not verdict.ok:
+        return PoolVerdict(False, REASON_COMPAT + ": " + verdict.reason, verdict.detail)
+    return PoolVerdict(True)
+
+
+def reservation_allows(reservation, task: TaskSpec) -> bool:
+    ancestors = set(tenant_ancestors(task.tenant))
+    if any(t in ancestors for t in reservation.tenants):
+        return True
+    if reservation.min_priority:
+        try:
+            return task.priority.rank >= Priority(reservation.min_priority).rank
+        except ValueError:
+            return False
+    return False
+
+
+def workers_fit_per_row(snap: Snapshot, rows: np.ndarray, task: TaskSpec) -> tuple[np.ndarray, list[str]]:
+    """How many workers of `task` each row can take now, and the first failing reason per row."""
+    demand = task.per_worker.devices
+    cpu, mem = task.per_worker.cpu, task.per_worker.memory_gb
+    nodes = snap.row_node[rows]
+    by_cpu = np.floor(snap.free_cpu[nodes] / cpu + 1e-9)
+    by_mem = np.floor(snap.free_mem[nodes] / mem + 1e-9)
+    fit = np.minimum(by_cpu, by_mem)
+    if demand is not None:
+        if demand.count >= 1:
+            free = snap.whole_free()[rows]
+            by_dev = np.floor(free / demand.count + 1e-9)
+        else:
+            # Fractional: each worker needs one device with `count` of it free; several
+            # workers may share one device while enough of it remains.
+            by_dev = np.array([float(np.floor(snap.dev_free[r] / demand.count + 1e-9).clip(min=0).sum()) for r in rows])
+        fit = np.minimum(fit, by_dev)
+    healthy = snap.node_healthy[nodes]
+    fit = np.where(healthy, fit, 0).astype(np.int64)
+
+    totals = snap.device_totals()[rows]
+    reasons: list[str] = []
+    for i, _row in enumerate(rows):
+        n = nodes[i]
+        if not healthy[i]:
+            reasons.append(REASON_UNHEALTHY)
+        elif snap.total_cpu[n] < cpu:
+            reasons.append(REASON_CPU_TOTAL)
+        elif snap.total_mem[n] < mem:
+            reasons.append(REASON_MEMORY_HOST_TOTAL)
+        elif demand is not None and demand.count >= 1 and totals[i] < demand.count:
+            reasons.append(REASON_DEVICES_TOTAL)
+        elif fit[i] > 0:
+            reasons.append("")
+        elif by_cpu[i] < 1:
+            reasons.append(REASON_CPU)
+        elif by_mem[i] < 1:
+            reasons.append(REASON_MEMORY_HOST)
+        else:
+            reasons.append(REASON_DEVICES)
+    return fit, reasons
+
+
+def class_matches(pool: PoolView, device_class: DeviceClass | None) -> bool:
+    return device_class is None or pool.model.device_class == device_class

@@ -1,0 +1,200 @@
+"""An array view of free capacity, built from the inventory and current allocations.
+
+Rows are (node, pool) memberships: a node with two device models in two pools has two
+rows. CPU and memory belong to the node and are shared by its rows, so they live in
+per-node arrays; devices live per row as a vector of free fractions per device (1.0 =
+idle, 0.0 = fully used), which covers whole-device and fractional requests alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hetpool.core.inventory import ClusterSpec, DeviceModelSpec, NodeSpec, PoolSpec, SoftwareStack
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """Capacity held by one worker of an admitted or running task."""
+
+    node: str
+    pool: str
+    device_indices: tuple[int, ...]
+    device_fraction: float  # per listed device: 1.0 for whole devices
+    cpu: float
+    memory_gb: float
+
+
+@dataclass
+class PoolView:
+    index: int
+    spec: PoolSpec
+    model: DeviceModelSpec
+    cluster: ClusterSpec
+    stack: SoftwareStack | None
+    rows: list[int] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+@dataclass
+class Snapshot:
+    pools: list[PoolView]
+    node_names: list[str]
+    node_specs: list[NodeSpec]
+    node_zone: list[str]
+    node_healthy: np.ndarray  # bool per node
+    free_cpu: np.ndarray  # float per node
+    free_mem: np.ndarray  # float per node (GB)
+    total_cpu: np.ndarray
+    total_mem: np.ndarray
+    row_node: np.ndarray  # int per row → node index
+    row_pool: np.ndarray  # int per row → pool index
+    dev_free: list[np.ndarray]  # per row: free fraction per device index
+    pool_by_name: dict[str, int] = field(default_factory=dict)
+    node_by_name: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def row_count(self) -> int:
+        return len(self.row_node)
+
+    def whole_free(self) -> np.ndarray:
+        """Idle whole devices per row."""
+        return np.array([int((d >= 1.0 - 1e-9).sum()) for d in self.dev_free], dtype=np.int64)
+
+    def fraction_free(self, fraction: float) -> np.ndarray:
+        """Devices per row with at least `fraction` of a device free."""
+        return np.array([int((d >= fraction - 1e-9).sum()) for d in self.dev_free], dtype=np.int64)
+
+    def device_totals(self) -> np.ndarray:
+        return np.array([len(d) for d in self.dev_free], dtype=np.int64)
+
+    def copy(self) -> Snapshot:
+        """A copy whose capacity arrays can be changed without touching this one."""
+        return Snapshot(
+            pools=self.pools,
+            node_names=self.node_names,
+            node_specs=self.node_specs,
+            node_zone=self.node_zone,
+            node_healthy=self.node_healthy,
+            free_cpu=self.free_cpu.copy(),
+            free_mem=self.free_mem.copy(),
+            total_cpu=self.total_cpu,
+            total_mem=self.total_mem,
+            row_node=self.row_node,
+            row_pool=self.row_pool,
+            dev_free=[d.copy() for d in self.dev_free],
+            pool_by_name=self.pool_by_name,
+            node_by_name=self.node_by_name,
+        )
+
+    def emptied(self) -> Snapshot:
+        """The same inventory with nothing allocated (for "could it ever fit?")."""
+        empty = self.copy()
+        empty.free_cpu = self.total_cpu.copy()
+        empty.free_mem = self.total_mem.copy()
+        empty.dev_free = [np.ones_like(d) for d in self.dev_free]
+        return empty
+
+    def row_of(self, node: str, pool: str) -> int | None:
+        n, p = self.node_by_name.get(node), self.pool_by_name.get(pool)
+        if n is None or p is None:
+            return None
+        for r in self.pools[p].rows:
+            if self.row_node[r] == n:
+                return r
+        return None
+
+    def take(self, row: int, device_indices: tuple[int, ...], fraction: float, cpu: float, memory_gb: float) -> None:
+        """Mark capacity as used (an admitted worker). Updates the arrays in place."""
+        node = int(self.row_node[row])
+        self.free_cpu[node] -= cpu
+        self.free_mem[node] -= memory_gb
+        for i in device_indices:
+            if 0 <= i < len(self.dev_free[row]):
+                self.dev_free[row][i] -= fraction
+
+    def release(self, row: int, device_indices: tuple[int, ...], fraction: float, cpu: float, memory_gb: float) -> None:
+        self.take(row, device_indices, -fraction, -cpu, -memory_gb)
+
+
+def effective_stack(node: NodeSpec, pool: PoolSpec) -> SoftwareStack | None:
+    return node.stack or pool.stack
+
+
+def build_snapshot(
+    clusters: list[ClusterSpec],
+    nodes: list[NodeSpec],
+    pools: list[PoolSpec],
+    models: dict[str, DeviceModelSpec],
+    allocations: list[Allocation] = (),
+    unhealthy_nodes: set[str] = frozenset(),
+) -> Snapshot:
+    """Arrays over the inventory with `allocations` subtracted.
+
+    Pools whose model is not in `models` or whose cluster is unknown are skipped: the
+    inventory service refuses such references, so this only guards stale data.
+    """
+    cluster_by_name = {c.name: c for c in clusters}
+    node_by_name = {n.name: i for i, n in enumerate(nodes)}
+    node_zone = [n.zone or (cluster_by_name[n.cluster].zone if n.cluster in cluster_by_name else "default") for n in nodes]
+    healthy = np.array([n.schedulable and n.name not in unhealthy_nodes for n in nodes], dtype=bool)
+    total_cpu = np.array([float(n.cpu_cores) for n in nodes], dtype=np.float64)
+    total_mem = np.array([float(n.memory_gb) for n in nodes], dtype=np.float64)
+
+    views: list[PoolView] = []
+    row_node: list[int] = []
+    row_pool: list[int] = []
+    dev_free: list[np.ndarray] = []
+    for spec in sorted(pools, key=lambda p: p.name):
+        model = models.get(spec.model)
+        cluster = cluster_by_name.get(spec.cluster)
+        if model is None or cluster is None:
+            continue
+        view = PoolView(index=len(views), spec=spec, model=model, cluster=cluster, stack=spec.stack)
+        for node_name in spec.nodes:
+            n = node_by_name.get(node_name)
+            if n is None:
+                continue
+            node = nodes[n]
+            count = next((g.count for g in node.devices if g.model == spec.model), 0)
+            if count == 0 and model.device_class != "cpu":
+                continue
+            # A CPU pool row exposes the node's sockets as "devices" (usually 1 or 2).
+            view.rows.append(len(row_node))
+            view.stack = view.stack or node.stack
+            row_node.append(n)
+            row_pool.append(view.index)
+            dev_free.append(np.ones(max(count, 1 if model.device_class == "cpu" else 0), dtype=np.float64))
+        views.append(view)
+
+    snap = Snapshot(
+        pools=views,
+        node_names=[n.name for n in nodes],
+        node_specs=list(nodes),
+        node_zone=node_zone,
+        node_healthy=healthy,
+        free_cpu=total_cpu.copy(),
+        free_mem=total_mem.copy(),
+        total_cpu=total_cpu,
+        total_mem=total_mem,
+        row_node=np.array(row_node, dtype=np.int64),
+        row_pool=np.array(row_pool, dtype=np.int64),
+        dev_free=dev_free,
+        pool_by_name={v.name: v.index for v in views},
+        node_by_name=node_by_name,
+    )
+    for alloc in allocations:
+        row = snap.row_of(alloc.node, alloc.pool)
+        if row is None:
+            n = node_by_name.get(alloc.node)
+            if n is not None:  # pool gone: still hold the node's CPU and memory
+                snap.free_cpu[n] -= alloc.cpu
+                snap.free_mem[n] -= alloc.memory_gb
+            continue
+        snap.take(row, alloc.device_indices, alloc.device_fraction, alloc.cpu, alloc.memory_gb)
+    return snap

@@ -1,0 +1,1 @@
+"""The hetpool server: API, services, database and background workers."""

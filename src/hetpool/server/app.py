@@ -1,0 +1,87 @@
+"""The FastAPI application: routes, error shapes, start-up (migrations, admin, workers)."""
+
+from __future__ import annotations
+
+import logging
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from hetpool import __version__
+from hetpool.backends.local import LocalBackend
+from hetpool.core.errors import HetpoolError
+from hetpool.core.specs import format_loc
+from hetpool.server.db.session import Database
+from hetpool.server.deps import AuthError
+from hetpool.server.routers import audit, catalog, inventory, tasks
+from hetpool.server.services.context import ServiceContext
+from hetpool.server.settings import Settings
+from hetpool.server.workers.loop import WorkerLoop
+from hetpool.web.routes import router as web_router
+
+log = logging.getLogger(__name__)
+
+_STATUS = {"invalid_spec": 422, "unschedulable": 422, "not_found": 404, "conflict": 409, "invalid_transition": 409, "permission_denied": 403}
+
+
+def make_context(settings: Settings) -> ServiceContext:
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    db = Database(settings.resolved_database_url())
+    db.migrate()
+    return ServiceContext(settings=settings, db=db, backends={"local": LocalBackend(settings.backend_dir / "local")})
+
+
+def create_app(settings: Settings | None = None, ctx: ServiceContext | None = None) -> FastAPI:
+    settings = settings or (ctx.settings if ctx else Settings())
+    ctx = ctx or make_context(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        loop = WorkerLoop(ctx, settings.worker_interval_s) if settings.run_workers else None
+        if loop:
+            loop.start()
+        try:
+            yield
+        finally:
+            if loop:
+                loop.stop()
+
+    app = FastAPI(
+        title="hetpool",
+        version=__version__,
+        description="Unified scheduling and governance of heterogeneous compute (异构算力统一调度).",
+        lifespan=lifespan,
+    )
+    app.state.ctx = ctx
+
+    @app.middleware("http")
+    async def limit_body(request: Request, call_next):
+        length = request.headers.get("content-length")
+        if length and length.isdigit() and int(length) > settings.max_request_bytes:
+            return JSONResponse(status_code=413, content={"code": "too_large", "message": f"request body over {settings.max_request_bytes} bytes"})
+        return await call_next(request)
+
+    @app.exception_handler(HetpoolError)
+    async def _domain_error(_request: Request, exc: HetpoolError) -> JSONResponse:
+        return JSONResponse(status_code=_STATUS.get(exc.code, 400), content=exc.to_dict())
+
+    @app.exception_handler(AuthError)
+    async def _auth_error(_request: Request, exc: AuthError) -> JSONResponse:
+        return JSONResponse(status_code=401, content={"code": "unauthorized", "message": exc.message}, headers={"WWW-Authenticate": "Bearer"})
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        details = [{"loc": format_loc(e["loc"]), "msg": e["msg"]} for e in exc.errors()]
+        first = details[0] if details else {"loc": "", "msg": "invalid request"}
+        return JSONResponse(status_code=422, content={"code": "invalid_request", "message": f"{first['loc']}: {first['msg']}", "details": details})
+
+    @app.get("/healthz", tags=["meta"], summary="Liveness")
+    def healthz() -> dict:
+        return {"ok": True, "version": __version__, "database": ctx.db.dialect}
+
+    for module in (inventory, tasks, audit, catalog):
+        app.include_router(module.router)
+    app.include_router(web_router)
+    return app

@@ -1,0 +1,133 @@
+"""ORM rows. Real columns for what is filtered or aggregated; JSON text for spec payloads."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class InventoryObjectRow(Base):
+    """One applied inventory object (DeviceModel, Cluster, Node, Pool, Tenant, TaskTemplate)."""
+
+    __tablename__ = "inventory_objects"
+    __table_args__ = (UniqueConstraint("kind", "name", name="uq_inventory_kind_name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    kind: Mapped[str] = mapped_column(String(32), index=True)
+    name: Mapped[str] = mapped_column(String(200))
+    cluster: Mapped[str | None] = mapped_column(String(64), index=True)
+    model: Mapped[str | None] = mapped_column(String(64))
+    spec: Mapped[dict] = mapped_column(JSON)
+    generation: Mapped[int] = mapped_column(Integer, default=1)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class TaskRow(Base):
+    __tablename__ = "tasks"
+    __table_args__ = (Index("ix_tasks_state_priority", "state", "priority_rank"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), index=True)
+    tenant: Mapped[str] = mapped_column(String(200), index=True)
+    env: Mapped[str] = mapped_column(String(16))
+    task_type: Mapped[str] = mapped_column(String(32))
+    template: Mapped[str | None] = mapped_column(String(64))
+    priority: Mapped[str] = mapped_column(String(16))
+    priority_rank: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(32), index=True)
+    spec: Mapped[dict] = mapped_column(JSON)
+    created_by: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    queued_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    admitted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    backend: Mapped[str | None] = mapped_column(String(32))
+    cluster: Mapped[str | None] = mapped_column(String(64))
+    job_id: Mapped[str | None] = mapped_column(String(200))
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    message: Mapped[str] = mapped_column(Text, default="")
+    fallback_used: Mapped[bool] = mapped_column(Boolean, default=False)
+    pending_explanation: Mapped[dict | None] = mapped_column(JSON)
+    placement_attempts: Mapped[list | None] = mapped_column(JSON)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class PlacementRow(Base):
+    """One worker of one attempt of a task: where it runs and what it holds."""
+
+    __tablename__ = "placements"
+    __table_args__ = (UniqueConstraint("task_id", "attempt", "rank", name="uq_placement_worker"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    task_id: Mapped[str] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"), index=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    rank: Mapped[int] = mapped_column(Integer)
+    node: Mapped[str] = mapped_column(String(200), index=True)
+    pool: Mapped[str] = mapped_column(String(200), index=True)
+    model: Mapped[str] = mapped_column(String(64))
+    device_indices: Mapped[list] = mapped_column(JSON)
+    device_fraction: Mapped[float] = mapped_column(Float)
+    cpu: Mapped[float] = mapped_column(Float)
+    memory_gb: Mapped[float] = mapped_column(Float)
+    price_per_hour: Mapped[float] = mapped_column(Float, default=0.0)
+
+
+class AuditEventRow(Base):
+    """Append-only, hash-chained record of every change."""
+
+    __tablename__ = "audit_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    ts: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+    actor: Mapped[str] = mapped_column(String(64), index=True)
+    action: Mapped[str] = mapped_column(String(64), index=True)
+    object_kind: Mapped[str] = mapped_column(String(32))
+    object_id: Mapped[str] = mapped_column(String(200), index=True)
+    before: Mapped[dict | None] = mapped_column(JSON)
+    after: Mapped[dict | None] = mapped_column(JSON)
+    prev_hash: Mapped[str] = mapped_column(String(64))
+    hash: Mapped[str] = mapped_column(String(64))
+
+
+class UserRow(Base):
+    __tablename__ = "users"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    role: Mapped[str] = mapped_column(String(32))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class ApiTokenRow(Base):
+    """An API token, stored only as its SHA-256 (tokens are random, high-entropy)."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    label: Mapped[str] = mapped_column(String(64), default="")
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -1,0 +1,36 @@
+"""The device catalog and the compatibility knowledge base, read-only."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends
+from pydantic import BaseModel, ConfigDict
+
+from hetpool.core.errors import NotFoundError
+from hetpool.core.tasks import FrameworkRequest
+from hetpool.server.deps import get_ctx, get_principal
+from hetpool.server.services.auth import Principal
+from hetpool.server.services.context import ServiceContext
+from hetpool.server.services.inventory import load_inventory
+
+router = APIRouter(prefix="/api/v1/catalog", tags=["catalog"])
+
+
+class CompatQuery(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    pool: str
+    framework: FrameworkRequest
+    has_image: bool = False
+
+
+@router.post("/compat-check", summary="Can this pool run framework F at version spec V?")
+def compat_check(query: CompatQuery, ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get_principal)) -> dict:
+    with ctx.db.transaction() as session:
+        inv = load_inventory(ctx, session)
+    pool = inv.pools.get(query.pool)
+    if pool is None:
+        raise NotFoundError(f"pool {query.pool!r} not found")
+    stack = pool.stack
+    if stack is None:
+        stack = next((inv.nodes[n].stack for n in pool.nodes if n in inv.nodes and inv.nodes[n].stack), None)
+    verdict = ctx.compat.check(inv.catalog.get(pool.model), stack, query.framework, has_image=query.has_image)
+    return {"ok": verdict.ok, "reason": verdict.reason, "detail": verdict.detail, "notes": list(verdict.notes), "kb_version": ctx.compat.version}

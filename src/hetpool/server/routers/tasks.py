@@ -1,0 +1,90 @@
+"""Tasks: plan, submit, list, read, cancel, logs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Body, Depends, Query
+
+from hetpool.core.states import TaskState
+from hetpool.server.deps import get_ctx, get_principal
+from hetpool.server.schemas.bodies import LogsResponse
+from hetpool.server.services import tasks as task_service
+from hetpool.server.services.auth import Principal
+from hetpool.server.services.context import ServiceContext
+
+router = APIRouter(prefix="/api/v1/tasks", tags=["tasks"])
+
+TASK_EXAMPLE = {
+    "name": "llama3-8b-sft",
+    "tenant": "ai-lab/nlp/llm-sft",
+    "type": "training",
+    "framework": {"name": "pytorch", "version": ">=2.3,<2.6"},
+    "workers": 2,
+    "per_worker": {"devices": {"class": "gpu", "count": 8, "min_memory_gb": 80}, "cpu": 16, "memory_gb": 64},
+    "command": "torchrun train.py",
+}
+
+
+def _strip_kind(doc: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in doc.items() if k != "kind"}
+
+
+@router.post("/plan", summary="Where the task would run now, fallback and reasons; commits nothing")
+def plan(
+    doc: dict[str, Any] = Body(..., examples=[TASK_EXAMPLE]),
+    ctx: ServiceContext = Depends(get_ctx),
+    user: Principal = Depends(get_principal),
+) -> dict:
+    with ctx.db.transaction() as session:
+        return task_service.plan(ctx, session, _strip_kind(doc))
+
+
+@router.post("", status_code=201, summary="Submit a task")
+def submit(
+    doc: dict[str, Any] = Body(..., examples=[TASK_EXAMPLE]),
+    ctx: ServiceContext = Depends(get_ctx),
+    user: Principal = Depends(get_principal),
+) -> dict:
+    with ctx.db.transaction() as session:
+        row = task_service.submit(ctx, session, _strip_kind(doc), user.name)
+        return task_service.task_dict(session, row)
+
+
+@router.get("", summary="List tasks, newest first")
+def list_tasks(
+    state: TaskState | None = Query(default=None),
+    tenant: str | None = Query(default=None, max_length=200),
+    limit: int = Query(default=200, ge=1, le=1000),
+    ctx: ServiceContext = Depends(get_ctx),
+    user: Principal = Depends(get_principal),
+) -> list[dict]:
+    with ctx.db.transaction() as session:
+        rows = task_service.list_tasks(session, state=state.value if state else None, tenant=tenant, limit=limit)
+        return [task_service.task_dict(session, r) for r in rows]
+
+
+@router.get("/{task_id}", summary="A task with its placement, explanation and timeline")
+def get_task(task_id: str, ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get_principal)) -> dict:
+    with ctx.db.transaction() as session:
+        return task_service.task_dict(session, task_service.get_row(session, task_id), detail=True)
+
+
+@router.post("/{task_id}/cancel", summary="Cancel a task (running work is stopped on its backend)")
+def cancel(task_id: str, ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get_principal)) -> dict:
+    with ctx.db.transaction() as session:
+        row = task_service.cancel(ctx, session, task_id, user.name)
+        return task_service.task_dict(session, row)
+
+
+@router.get("/{task_id}/logs", response_model=LogsResponse, summary="Output of one worker, from a byte offset")
+def logs(
+    task_id: str,
+    rank: int = Query(default=0, ge=0, le=1023),
+    offset: int = Query(default=0, ge=0),
+    limit: int = Query(default=65536, ge=1, le=1048576),
+    ctx: ServiceContext = Depends(get_ctx),
+    user: Principal = Depends(get_principal),
+) -> dict:
+    with ctx.db.transaction() as session:
+        return task_service.logs(ctx, session, task_id, rank=rank, offset=offset, limit=limit)

@@ -1,0 +1,1 @@
+"""Services own transactions; routers and workers call them."""

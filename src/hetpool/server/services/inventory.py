@@ -1,0 +1,227 @@
+"""Applying, reading and deleting inventory objects; loading the inventory for scheduling.
+
+`apply` validates the whole batch — fields, then references between objects, against
+the database and the batch itself — before writing anything, and writes every object
+and its audit event in one transaction: nothing is half-applied.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from hetpool.catalog.devices import DeviceCatalog
+from hetpool.core.errors import ConflictError, NotFoundError, SpecError
+from hetpool.core.inventory import ClusterSpec, DeviceClass, DeviceModelSpec, NodeSpec, PoolSpec
+from hetpool.core.specs import APPLY_ORDER, SPEC_KINDS, resolve_kind, spec_to_document
+from hetpool.core.states import ACTIVE_STATES
+from hetpool.core.tasks import TaskTemplateSpec
+from hetpool.core.tenancy import TenantSpec
+from hetpool.server.db.models import InventoryObjectRow, PlacementRow, TaskRow
+from hetpool.server.services import audit
+from hetpool.server.services.context import ServiceContext
+
+INVENTORY_KINDS = [k for k in APPLY_ORDER if k != "Task"]
+
+
+@dataclass
+class Inventory:
+    """Everything applied, typed. Device models merge the built-in catalog with overrides."""
+
+    catalog: DeviceCatalog
+    clusters: dict[str, ClusterSpec] = field(default_factory=dict)
+    nodes: dict[str, NodeSpec] = field(default_factory=dict)
+    pools: dict[str, PoolSpec] = field(default_factory=dict)
+    tenants: dict[str, TenantSpec] = field(default_factory=dict)
+    templates: dict[str, TaskTemplateSpec] = field(default_factory=dict)
+    custom_models: dict[str, DeviceModelSpec] = field(default_factory=dict)
+
+    def by_kind(self, kind: str) -> dict[str, BaseModel]:
+        return {
+            "Cluster": self.clusters,
+            "Node": self.nodes,
+            "Pool": self.pools,
+            "Tenant": self.tenants,
+            "TaskTemplate": self.templates,
+            "DeviceModel": {m.name: m for m in self.catalog.all()},
+        }[kind]
+
+    def add(self, spec: BaseModel) -> None:
+        kind = spec.kind
+        if kind == "DeviceModel":
+            self.custom_models[spec.name] = spec
+            self.catalog = self.catalog.with_models([spec])
+        else:
+            self.by_kind(kind)[spec.name] = spec
+
+
+def load_inventory(ctx: ServiceContext, session: Session) -> Inventory:
+    inv = Inventory(catalog=ctx.builtin_catalog)
+    rows = session.execute(select(InventoryObjectRow)).scalars().all()
+    for row in sorted(rows, key=lambda r: APPLY_ORDER.index(r.kind)):
+        inv.add(SPEC_KINDS[row.kind].model_validate(row.spec))
+    return inv
+
+
+def _check_references(inv: Inventory, spec: BaseModel) -> list[dict[str, str]]:
+    """Problems with what `spec` refers to, given the inventory it would join."""
+    where = f"{spec.kind}/{spec.name}"
+    problems = []
+
+    def bad(loc: str, msg: str) -> None:
+        problems.append({"loc": f"{where}: {loc}", "msg": msg})
+
+    if isinstance(spec, NodeSpec):
+        if spec.cluster not in inv.clusters:
+            bad("cluster", f"unknown cluster {spec.cluster!r}; known: {', '.join(sorted(inv.clusters)) or 'none'}")
+        for i, group in enumerate(spec.devices):
+            if group.model not in inv.catalog:
+                bad(f"devices[{i}].model", f"unknown device model {group.model!r} (see `hetpool get devicemodels`)")
+    elif isinstance(spec, PoolSpec):
+        if spec.cluster not in inv.clusters:
+            bad("cluster", f"unknown cluster {spec.cluster!r}; known: {', '.join(sorted(inv.clusters)) or 'none'}")
+        if spec.model not in inv.catalog:
+            bad("model", f"unknown device model {spec.model!r} (see `hetpool get devicemodels`)")
+            return problems
+        model = inv.catalog.get(spec.model)
+        stacks = set()
+        for i, node_name in enumerate(spec.nodes):
+            node = inv.nodes.get(node_name)
+            if node is None:
+                bad(f"nodes[{i}]", f"unknown node {node_name!r}")
+                continue
+            if node.cluster != spec.cluster:
+                bad(f"nodes[{i}]", f"node {node_name!r} is in cluster {node.cluster!r}, not {spec.cluster!r}")
+            if model.device_class != DeviceClass.CPU and not any(g.model == spec.model for g in node.devices):
+                bad(f"nodes[{i}]", f"node {node_name!r} has no {spec.model} devices")
+            stack = node.stack or spec.stack
+            stacks.add(stack.model_dump_json() if stack else "")
+            for other in inv.pools.values():
+                if other.name != spec.name and other.model == spec.model and node_name in other.nodes:
+                    bad(f"nodes[{i}]", f"node {node_name!r} already belongs to pool {other.name!r} for {spec.model}")
+        if len(stacks) > 1:
+            bad("nodes", "a pool holds identical devices with one software stack; these nodes declare different stacks")
+    elif isinstance(spec, TenantSpec):
+        if spec.parent and spec.parent not in inv.tenants:
+            bad("name", f"parent tenant {spec.parent!r} does not exist; apply it first (or in the same batch)")
+    return problems
+
+
+def apply_specs(ctx: ServiceContext, session: Session, specs: list[BaseModel], actor: str) -> list[dict]:
+    """Upsert inventory specs (already field-validated) after checking references."""
+    inv = load_inventory(ctx, session)
+    ordered = sorted(specs, key=lambda s: APPLY_ORDER.index(s.kind))
+    problems: list[dict[str, str]] = []
+    seen: set[tuple[str, str]] = set()
+    for spec in ordered:
+        key = (spec.kind, spec.name)
+        if key in seen:
+            problems.append({"loc": f"{spec.kind}/{spec.name}", "msg": "appears twice in the input"})
+        seen.add(key)
+        inv.add(spec)
+    for spec in ordered:
+        problems.extend(_check_references(inv, spec))
+    if problems:
+        raise SpecError(
+            f"{len(problems)} problem(s) in the input; nothing was applied: {problems[0]['loc']}: {problems[0]['msg']}",
+            details=problems,
+        )
+    now = ctx.clock.now()
+    results = []
+    for spec in ordered:
+        document = spec_to_document(spec)
+        row = session.execute(
+            select(InventoryObjectRow).where(InventoryObjectRow.kind == spec.kind, InventoryObjectRow.name == spec.name)
+        ).scalar_one_or_none()
+        if row is None:
+            row = InventoryObjectRow(
+                kind=spec.kind,
+                name=spec.name,
+                cluster=getattr(spec, "cluster", None),
+                model=getattr(spec, "model", None),
+                spec=document,
+                generation=1,
+                created_at=now,
+                updated_at=now,
+            )
+            session.add(row)
+            audit.record(session, actor=actor, action="inventory.create", object_kind=spec.kind, object_id=spec.name, after=document, ts=now)
+            results.append({"kind": spec.kind, "name": spec.name, "action": "created"})
+        elif row.spec == document:
+            results.append({"kind": spec.kind, "name": spec.name, "action": "unchanged"})
+        else:
+            before = row.spec
+            row.spec = document
+            row.cluster = getattr(spec, "cluster", None)
+            row.model = getattr(spec, "model", None)
+            row.generation += 1
+            row.updated_at = now
+            audit.record(
+                session, actor=actor, action="inventory.update", object_kind=spec.kind, object_id=spec.name, before=before, after=document, ts=now
+            )
+            results.append({"kind": spec.kind, "name": spec.name, "action": "configured"})
+    session.flush()
+    return results
+
+
+def list_objects(ctx: ServiceContext, session: Session, kind: str) -> list[dict]:
+    kind = resolve_kind(kind)
+    if kind == "Task":
+        raise SpecError("tasks are listed with GET /api/v1/tasks (hetpool get tasks)")
+    inv = load_inventory(ctx, session)
+    return [spec_to_document(s) for _, s in sorted(inv.by_kind(kind).items())]
+
+
+def get_object(ctx: ServiceContext, session: Session, kind: str, name: str) -> dict:
+    kind = resolve_kind(kind)
+    inv = load_inventory(ctx, session)
+    spec = inv.by_kind(kind).get(name)
+    if spec is None:
+        raise NotFoundError(f"{kind} {name!r} not found")
+    return spec_to_document(spec)
+
+
+def delete_object(ctx: ServiceContext, session: Session, kind: str, name: str, actor: str) -> None:
+    kind = resolve_kind(kind)
+    row = session.execute(select(InventoryObjectRow).where(InventoryObjectRow.kind == kind, InventoryObjectRow.name == name)).scalar_one_or_none()
+    if row is None:
+        if kind == "DeviceModel" and name in ctx.builtin_catalog:
+            raise ConflictError(f"DeviceModel {name!r} is built into the catalog and cannot be deleted")
+        raise NotFoundError(f"{kind} {name!r} not found")
+    inv = load_inventory(ctx, session)
+    users = _dependents(session, inv, kind, name)
+    if users:
+        raise ConflictError(f"{kind} {name!r} is still used by {', '.join(users[:5])}; delete or change those first")
+    audit.record(session, actor=actor, action="inventory.delete", object_kind=kind, object_id=name, before=row.spec, ts=ctx.clock.now())
+    session.delete(row)
+
+
+def _dependents(session: Session, inv: Inventory, kind: str, name: str) -> list[str]:
+    if kind == "Cluster":
+        return [f"Node/{n.name}" for n in inv.nodes.values() if n.cluster == name] + [
+            f"Pool/{p.name}" for p in inv.pools.values() if p.cluster == name
+        ]
+    if kind == "Node":
+        users = [f"Pool/{p.name}" for p in inv.pools.values() if name in p.nodes]
+        return users + _active_tasks(session, PlacementRow.node == name)
+    if kind == "Pool":
+        return _active_tasks(session, PlacementRow.pool == name)
+    if kind == "Tenant":
+        return [f"Tenant/{t}" for t in inv.tenants if t.startswith(name + "/")]
+    if kind == "DeviceModel":
+        return [f"Pool/{p.name}" for p in inv.pools.values() if p.model == name] + [
+            f"Node/{n.name}" for n in inv.nodes.values() if any(g.model == name for g in n.devices)
+        ]
+    return []
+
+
+def _active_tasks(session: Session, condition) -> list[str]:
+    rows = session.execute(
+        select(TaskRow.id)
+        .join(PlacementRow, (PlacementRow.task_id == TaskRow.id) & (PlacementRow.attempt == TaskRow.attempt))
+        .where(condition, TaskRow.state.in_([s.value for s in ACTIVE_STATES]))
+    ).scalars()
+    return [f"Task/{tid}" for tid in rows]

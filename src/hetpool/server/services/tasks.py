@@ -1,0 +1,290 @@
+"""Tasks: plan, submit, the state machine's one writer, cancel, read, logs."""
+
+from __future__ import annotations
+
+import secrets
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from hetpool.core.errors import ConflictError, NotFoundError, SpecError
+from hetpool.core.specs import parse_spec, spec_to_document
+from hetpool.core.states import ACTIVE_STATES, TaskState, check_transition
+from hetpool.core.tasks import TaskSpec, apply_template
+from hetpool.core.units import format_duration
+from hetpool.scheduling.assign import assign
+from hetpool.scheduling.estimate import cost_per_hour, runtime_on
+from hetpool.scheduling.explain import explanation
+from hetpool.scheduling.snapshot import Allocation, Snapshot, build_snapshot
+from hetpool.server.db.models import AuditEventRow, PlacementRow, TaskRow
+from hetpool.server.services import audit
+from hetpool.server.services.context import ServiceContext
+from hetpool.server.services.inventory import Inventory, load_inventory
+
+
+class UnschedulableError(SpecError):
+    """The task could not run on any pool even if everything were idle."""
+
+    code = "unschedulable"
+
+
+def new_task_id() -> str:
+    return "t-" + secrets.token_hex(5)
+
+
+def aware(ts: datetime | None) -> datetime | None:
+    if ts is None:
+        return None
+    return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
+
+
+def resolve_task_spec(inv: Inventory, raw: dict[str, Any]) -> TaskSpec:
+    """Raw task fields → TaskSpec, with the template's defaults and references checked."""
+    if not isinstance(raw, dict):
+        raise SpecError("a task is a mapping with kind: Task")
+    raw = {"kind": "Task", **raw}
+    template_name = raw.get("template")
+    if template_name:
+        template = inv.templates.get(template_name)
+        if template is None:
+            known = ", ".join(sorted(inv.templates)) or "none"
+            raise SpecError(
+                f"template: unknown template {template_name!r}; known: {known}",
+                details=[{"loc": "template", "msg": f"unknown template; known: {known}"}],
+            )
+        raw = apply_template(raw, template)
+    spec = parse_spec(raw)
+    if spec.tenant not in inv.tenants:
+        known = ", ".join(sorted(inv.tenants)) or "none"
+        raise SpecError(f"tenant: unknown tenant {spec.tenant!r}; known: {known}", details=[{"loc": "tenant", "msg": "unknown tenant"}])
+    if spec.per_worker.devices is not None:
+        for i, model in enumerate(spec.per_worker.devices.models):
+            if model not in inv.catalog:
+                raise SpecError(f"per_worker.devices.models[{i}]: unknown device model {model!r}")
+    return spec
+
+
+def active_allocations(session: Session) -> list[Allocation]:
+    rows = session.execute(
+        select(PlacementRow)
+        .join(TaskRow, (PlacementRow.task_id == TaskRow.id) & (PlacementRow.attempt == TaskRow.attempt))
+        .where(TaskRow.state.in_([s.value for s in ACTIVE_STATES]))
+    ).scalars()
+    return [
+        Allocation(
+            node=r.node, pool=r.pool, device_indices=tuple(r.device_indices), device_fraction=r.device_fraction, cpu=r.cpu, memory_gb=r.memory_gb
+        )
+        for r in rows
+    ]
+
+
+def current_snapshot(ctx: ServiceContext, session: Session, inv: Inventory) -> Snapshot:
+    models = {m.name: m for m in inv.catalog.all()}
+    return build_snapshot(list(inv.clusters.values()), list(inv.nodes.values()), list(inv.pools.values()), models, active_allocations(session))
+
+
+def plan_spec(ctx: ServiceContext, inv: Inventory, snap: Snapshot, spec: TaskSpec) -> dict:
+    result = assign(snap, spec, ctx.compat.check)
+    fits_when_idle = result.feasible or assign(snap.emptied(), spec, ctx.compat.check).feasible
+    body = {
+        "feasible": result.feasible,
+        "fits_when_idle": fits_when_idle,
+        "placements": [p.to_dict() for p in result.placements],
+        "fallback_used": result.fallback_used,
+        "chosen": result.chosen,
+        "reasons": dict(result.reasons) if not result.feasible else {},
+        "explanation": explanation(result, fits_when_idle),
+    }
+    if result.feasible:
+        model = inv.catalog.get(result.placements[0].model) if result.placements[0].model in inv.catalog else None
+        seconds = runtime_on(spec, model)
+        hourly = cost_per_hour(result.placements)
+        body["estimated_runtime_s"] = seconds
+        body["estimated_runtime"] = format_duration(seconds)
+        body["cost_per_hour"] = hourly
+        body["estimated_cost"] = round(hourly * seconds / 3600, 2) if seconds is not None else None
+        body["estimated_wait_s"] = 0
+    return body
+
+
+def plan(ctx: ServiceContext, session: Session, raw: dict) -> dict:
+    inv = load_inventory(ctx, session)
+    spec = resolve_task_spec(inv, raw)
+    body = plan_spec(ctx, inv, current_snapshot(ctx, session, inv), spec)
+    body["task"] = spec_to_document(spec)
+    return body
+
+
+def submit(ctx: ServiceContext, session: Session, raw: dict, actor: str) -> TaskRow:
+    inv = load_inventory(ctx, session)
+    spec = resolve_task_spec(inv, raw)
+    snap = current_snapshot(ctx, session, inv)
+    idle = assign(snap.emptied(), spec, ctx.compat.check)
+    if not idle.feasible:
+        info = explanation(idle, False)
+        raise UnschedulableError(
+            f"task {spec.name!r} cannot run on any pool, even when idle: {info['summary']}",
+            details=[{"loc": reason, "msg": f"{count} node(s)"} for reason, count in idle.reasons.most_common()],
+        )
+    now = ctx.clock.now()
+    row = TaskRow(
+        id=new_task_id(),
+        name=spec.name,
+        tenant=spec.tenant,
+        env=spec.env.value,
+        task_type=spec.task_type.value,
+        template=spec.template,
+        priority=spec.priority.value,
+        priority_rank=spec.priority.rank,
+        state=TaskState.QUEUED.value,
+        spec=spec_to_document(spec),
+        created_by=actor,
+        created_at=now,
+        updated_at=now,
+        queued_at=now,
+        attempt=0,
+        message="",
+    )
+    session.add(row)
+    session.flush()
+    audit.record(
+        session, actor=actor, action="task.submit", object_kind="Task", object_id=row.id, after={"state": row.state, "spec": row.spec}, ts=now
+    )
+    return row
+
+
+_TIMESTAMP_FOR = {
+    TaskState.QUEUED: "queued_at",
+    TaskState.ADMITTED: "admitted_at",
+    TaskState.RUNNING: "started_at",
+    TaskState.SUCCEEDED: "finished_at",
+    TaskState.FAILED: "finished_at",
+    TaskState.CANCELLED: "finished_at",
+}
+
+
+def transition(ctx: ServiceContext, session: Session, row: TaskRow, target: TaskState, *, actor: str, message: str = "", **fields: Any) -> None:
+    """The only place a task's state changes; writes the audit event in the same transaction."""
+    current = TaskState(row.state)
+    check_transition(current, target)
+    now = ctx.clock.now()
+    before = {"state": current.value}
+    row.state = target.value
+    row.updated_at = now
+    if message:
+        row.message = message
+    stamp = _TIMESTAMP_FOR.get(target)
+    if stamp and (stamp != "started_at" or row.started_at is None):
+        setattr(row, stamp, now)
+    for key, value in fields.items():
+        setattr(row, key, value)
+    after = {"state": target.value, **({"message": message} if message else {}), **{k: v for k, v in fields.items() if _jsonable(v)}}
+    audit.record(session, actor=actor, action=f"task.{target.value}", object_kind="Task", object_id=row.id, before=before, after=after, ts=now)
+
+
+def _jsonable(value: Any) -> bool:
+    return isinstance(value, (str, int, float, bool, type(None), list, dict))
+
+
+def get_row(session: Session, task_id: str, *, for_update: bool = False) -> TaskRow:
+    stmt = select(TaskRow).where(TaskRow.id == task_id)
+    if for_update and session.bind.dialect.name == "postgresql":
+        stmt = stmt.with_for_update()
+    row = session.execute(stmt).scalar_one_or_none()
+    if row is None:
+        raise NotFoundError(f"task {task_id!r} not found")
+    return row
+
+
+def cancel(ctx: ServiceContext, session: Session, task_id: str, actor: str) -> TaskRow:
+    row = get_row(session, task_id, for_update=True)
+    state = TaskState(row.state)
+    if state.terminal:
+        raise ConflictError(f"task {task_id} already ended ({state.value}); nothing to cancel")
+    if state in (TaskState.DISPATCHED, TaskState.RUNNING):
+        # The backend job must be stopped first; the reconciler does that outside any
+        # transaction and then records the cancellation.
+        if not row.cancel_requested:
+            row.cancel_requested = True
+            audit.record(session, actor=actor, action="task.cancel_requested", object_kind="Task", object_id=row.id, ts=ctx.clock.now())
+        return row
+    transition(ctx, session, row, TaskState.CANCELLED, actor=actor, message=f"cancelled by {actor}")
+    return row
+
+
+def placements_of(session: Session, row: TaskRow) -> list[PlacementRow]:
+    return list(
+        session.execute(
+            select(PlacementRow).where(PlacementRow.task_id == row.id, PlacementRow.attempt == row.attempt).order_by(PlacementRow.rank)
+        ).scalars()
+    )
+
+
+def _iso(ts: datetime | None) -> str | None:
+    ts = aware(ts)
+    return ts.isoformat().replace("+00:00", "Z") if ts else None
+
+
+def task_dict(session: Session, row: TaskRow, *, detail: bool = False) -> dict:
+    body = {
+        "id": row.id,
+        "name": row.name,
+        "tenant": row.tenant,
+        "env": row.env,
+        "type": row.task_type,
+        "template": row.template,
+        "priority": row.priority,
+        "state": row.state,
+        "attempt": row.attempt,
+        "cluster": row.cluster,
+        "backend": row.backend,
+        "job_id": row.job_id,
+        "exit_code": row.exit_code,
+        "message": row.message,
+        "fallback_used": row.fallback_used,
+        "created_by": row.created_by,
+        "created_at": _iso(row.created_at),
+        "admitted_at": _iso(row.admitted_at),
+        "started_at": _iso(row.started_at),
+        "finished_at": _iso(row.finished_at),
+        "placements": [
+            {"rank": p.rank, "node": p.node, "pool": p.pool, "model": p.model, "devices": p.device_indices, "device_fraction": p.device_fraction}
+            for p in placements_of(session, row)
+        ]
+        if row.attempt
+        else [],
+    }
+    if row.state == TaskState.QUEUED.value and row.pending_explanation:
+        body["pending"] = row.pending_explanation
+    if detail:
+        body["spec"] = row.spec
+        body["placement_attempts"] = row.placement_attempts or []
+        body["pending"] = row.pending_explanation
+        events = session.execute(
+            select(AuditEventRow).where(AuditEventRow.object_kind == "Task", AuditEventRow.object_id == row.id).order_by(AuditEventRow.id)
+        ).scalars()
+        body["events"] = [audit.event_dict(e) for e in events]
+    return body
+
+
+def list_tasks(session: Session, *, state: str | None = None, tenant: str | None = None, limit: int = 200) -> list[TaskRow]:
+    stmt = select(TaskRow).order_by(TaskRow.created_at.desc(), TaskRow.id).limit(limit)
+    if state:
+        stmt = stmt.where(TaskRow.state == state)
+    if tenant:
+        stmt = stmt.where((TaskRow.tenant == tenant) | TaskRow.tenant.startswith(tenant + "/"))
+    return list(session.execute(stmt).scalars())
+
+
+def logs(ctx: ServiceContext, session: Session, task_id: str, *, rank: int, offset: int, limit: int) -> dict:
+    row = get_row(session, task_id)
+    if not row.job_id or not row.backend:
+        return {"text": "", "offset": 0, "complete": TaskState(row.state).terminal, "state": row.state}
+    from hetpool.backends.base import JobHandle
+
+    if rank < 0 or (row.spec.get("workers", 1) <= rank):
+        raise SpecError(f"rank: worker {rank} does not exist; the task has ranks 0..{row.spec.get('workers', 1) - 1}")
+    chunk = ctx.backend_for(row.backend).logs(JobHandle(row.backend, row.job_id), rank=rank, offset=offset, limit=limit)
+    return {"text": chunk.text, "offset": chunk.offset, "complete": chunk.complete and TaskState(row.state).terminal, "state": row.state}

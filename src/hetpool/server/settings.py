@@ -1,0 +1,34 @@
+"""Server settings from the environment (HETPOOL_*) and command-line flags."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def default_data_dir() -> Path:
+    return Path.home() / ".hetpool"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="HETPOOL_", extra="ignore")
+
+    data_dir: Path = Field(default_factory=default_data_dir)
+    database_url: str = Field(default="", description="defaults to SQLite in data_dir")
+    host: str = "127.0.0.1"
+    port: int = 8080
+    run_workers: bool = True
+    worker_interval_s: float = 0.5
+    compat_overrides: Path | None = None
+    max_request_bytes: int = 4 * 1024 * 1024
+
+    def resolved_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{self.data_dir / 'hetpool.db'}"
+
+    @property
+    def backend_dir(self) -> Path:
+        return self.data_dir / "backends"

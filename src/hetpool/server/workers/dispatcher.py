@@ -1,0 +1,88 @@
+"""Dispatcher worker: hand admitted tasks to their backend, exactly once per attempt.
+
+The backend call happens outside any transaction. If the process dies after the
+backend accepted the job but before the commit, the task is still `admitted` on the
+next pass; `submit` is idempotent per (task, attempt) — the backend finds the job by
+its deterministic name — so the job is adopted, not started again.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from sqlalchemy import select
+
+from hetpool.backends.base import JobHandle, LaunchRequest, WorkerLaunch
+from hetpool.core.states import TaskState
+from hetpool.server.db.models import TaskRow
+from hetpool.server.services import tasks as task_service
+from hetpool.server.services.context import ServiceContext
+from hetpool.server.services.inventory import load_inventory
+
+log = logging.getLogger(__name__)
+ACTOR = "dispatcher"
+
+
+def _launch_request(catalog, row: TaskRow, placements) -> LaunchRequest:
+    workers = []
+    for p in placements:
+        model = catalog.get(p.model) if p.model in catalog else None
+        devices_requested = row.spec.get("per_worker", {}).get("devices")
+        workers.append(
+            WorkerLaunch(
+                rank=p.rank,
+                node=p.node,
+                pool=p.pool,
+                model=p.model,
+                device_indices=list(p.device_indices) if devices_requested else [],
+                visible_devices_env=(model.visible_devices_env if model and devices_requested else ""),
+                cpu=p.cpu,
+                memory_gb=p.memory_gb,
+            )
+        )
+    return LaunchRequest(
+        task_id=row.id,
+        attempt=row.attempt,
+        name=row.name,
+        tenant=row.tenant,
+        command=row.spec.get("command") or "true",
+        workers=workers,
+        env=dict(row.spec.get("env_vars") or {}),
+        image=row.spec.get("image") or "",
+    )
+
+
+def dispatch_once(ctx: ServiceContext) -> int:
+    with ctx.db.transaction() as session:
+        rows = session.execute(select(TaskRow).where(TaskRow.state == TaskState.ADMITTED.value)).scalars().all()
+        if not rows:
+            return 0
+        catalog = load_inventory(ctx, session).catalog
+        work = [(r.id, r.attempt, r.backend, _launch_request(catalog, r, task_service.placements_of(session, r))) for r in rows]
+    dispatched = 0
+    for task_id, attempt, backend_kind, request in work:
+        try:
+            backend = ctx.backend_for(backend_kind)
+            handle = backend.submit(request)
+            error = None
+        except Exception as exc:  # a backend refusing the job fails the task with the reason
+            log.exception("dispatch of %s failed", task_id)
+            handle, error = None, f"dispatch to {backend_kind} failed: {exc}"
+        with ctx.db.transaction() as session:
+            row = task_service.get_row(session, task_id, for_update=True)
+            if row.attempt != attempt or row.state != TaskState.ADMITTED.value:
+                if handle is not None and row.attempt == attempt and row.state == TaskState.CANCELLED.value:
+                    cancel_later = handle
+                else:
+                    cancel_later = None
+            else:
+                cancel_later = None
+                if error:
+                    task_service.transition(ctx, session, row, TaskState.FAILED, actor=ACTOR, message=error)
+                else:
+                    task_service.transition(ctx, session, row, TaskState.DISPATCHED, actor=ACTOR, job_id=handle.job_id)
+                    dispatched += 1
+        if cancel_later is not None:
+            # Cancelled while we were submitting: stop what we just started.
+            ctx.backend_for(backend_kind).cancel(JobHandle(cancel_later.backend, cancel_later.job_id))
+    return dispatched

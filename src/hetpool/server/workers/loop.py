@@ -1,0 +1,44 @@
+"""Runs the workers in one background thread, one pass after another."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from hetpool.server.services.context import ServiceContext
+from hetpool.server.workers.dispatcher import dispatch_once
+from hetpool.server.workers.reconciler import reconcile_once
+from hetpool.server.workers.scheduler import schedule_once
+
+log = logging.getLogger(__name__)
+
+
+def run_pass(ctx: ServiceContext) -> None:
+    """One scheduler → dispatcher → reconciler pass. Used by the loop and by tests."""
+    for step in (schedule_once, dispatch_once, reconcile_once):
+        try:
+            step(ctx)
+        except Exception:  # a failing pass must not stop the loop; the next pass retries
+            log.exception("worker step %s failed", step.__name__)
+
+
+class WorkerLoop:
+    def __init__(self, ctx: ServiceContext, interval_s: float) -> None:
+        self.ctx = ctx
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="hetpool-workers", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            run_pass(self.ctx)
+            self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - started)))

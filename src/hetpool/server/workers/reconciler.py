@@ -1,0 +1,69 @@
+"""Reconciler worker: follow dispatched work on its backend and record what happened."""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+
+from sqlalchemy import select
+
+from hetpool.backends.base import JobHandle, JobPhase, JobStatus
+from hetpool.core.states import TaskState
+from hetpool.server.db.models import TaskRow
+from hetpool.server.services import tasks as task_service
+from hetpool.server.services.context import ServiceContext
+
+log = logging.getLogger(__name__)
+ACTOR = "reconciler"
+_FOLLOWED = [TaskState.DISPATCHED.value, TaskState.RUNNING.value]
+
+
+def reconcile_once(ctx: ServiceContext) -> int:
+    with ctx.db.transaction() as session:
+        rows = session.execute(select(TaskRow).where(TaskRow.state.in_(_FOLLOWED))).scalars().all()
+        work = [(r.id, r.attempt, r.backend, r.job_id, r.cancel_requested) for r in rows]
+    by_backend: dict[str, list] = defaultdict(list)
+    for item in work:
+        by_backend[item[2]].append(item)
+    changes = 0
+    for backend_kind, items in by_backend.items():
+        try:
+            backend = ctx.backend_for(backend_kind)
+        except LookupError:
+            continue
+        for _task_id, _, _, job_id, cancel_requested in items:
+            if cancel_requested:
+                backend.cancel(JobHandle(backend_kind, job_id))
+        statuses = backend.poll([JobHandle(backend_kind, job_id) for _, _, _, job_id, _ in items])
+        for task_id, attempt, _, job_id, cancel_requested in items:
+            status = statuses.get(job_id, JobStatus(JobPhase.LOST))
+            changes += _apply(ctx, task_id, attempt, status, cancel_requested)
+    return changes
+
+
+def _apply(ctx: ServiceContext, task_id: str, attempt: int, status: JobStatus, cancel_requested: bool) -> int:
+    with ctx.db.transaction() as session:
+        row = task_service.get_row(session, task_id, for_update=True)
+        if row.attempt != attempt or row.state not in _FOLLOWED:
+            return 0
+        state = TaskState(row.state)
+        if cancel_requested and (status.phase.terminal or status.phase == JobPhase.CANCELLED):
+            task_service.transition(ctx, session, row, TaskState.CANCELLED, actor=ACTOR, message="cancelled on request", exit_code=status.exit_code)
+            return 1
+        if status.phase == JobPhase.RUNNING and state == TaskState.DISPATCHED:
+            task_service.transition(ctx, session, row, TaskState.RUNNING, actor=ACTOR)
+            return 1
+        if status.phase == JobPhase.SUCCEEDED:
+            task_service.transition(ctx, session, row, TaskState.SUCCEEDED, actor=ACTOR, exit_code=status.exit_code or 0, message=status.message)
+            return 1
+        if status.phase == JobPhase.FAILED:
+            message = status.message or f"exited with code {status.exit_code}"
+            task_service.transition(ctx, session, row, TaskState.FAILED, actor=ACTOR, exit_code=status.exit_code, message=message)
+            return 1
+        if status.phase == JobPhase.CANCELLED:
+            task_service.transition(ctx, session, row, TaskState.CANCELLED, actor=ACTOR, message=status.message or "cancelled on the backend")
+            return 1
+        if status.phase == JobPhase.LOST:
+            task_service.transition(ctx, session, row, TaskState.FAILED, actor=ACTOR, message="the backend no longer knows this job")
+            return 1
+    return 0

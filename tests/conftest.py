@@ -1,0 +1,90 @@
+"""Shared fixtures: a service context on SQLite and (when available) PostgreSQL, an API
+client with an admin token, and the demo inventory."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import create_engine, text
+
+from hetpool.backends.local import LocalBackend
+from hetpool.core.clock import FixedClock
+from hetpool.server.app import create_app
+from hetpool.server.db.session import Database
+from hetpool.server.services import auth
+from hetpool.server.services.context import ServiceContext
+from hetpool.server.settings import Settings
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO_DIR = REPO / "examples" / "demo"
+TASKS_DIR = REPO / "examples" / "tasks"
+POSTGRES_URL = os.environ.get("HETPOOL_TEST_POSTGRES_URL", "")
+DATABASES = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+def _fresh_postgres_database() -> str:
+    """A new empty database on the test server (dropped at the end of the session)."""
+    name = "t_" + uuid.uuid4().hex[:12]
+    admin = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    admin.dispose()
+    return POSTGRES_URL.rsplit("/", 1)[0] + "/" + name
+
+
+def database_url(kind: str, tmp_path: Path) -> str:
+    if kind == "sqlite":
+        return f"sqlite:///{tmp_path / 'hetpool.db'}"
+    if not POSTGRES_URL:
+        pytest.skip("HETPOOL_TEST_POSTGRES_URL not set (make test starts PostgreSQL)")
+    return _fresh_postgres_database()
+
+
+@pytest.fixture(params=DATABASES)
+def db_kind(request) -> str:
+    return request.param
+
+
+@pytest.fixture
+def ctx(db_kind: str, tmp_path: Path) -> Iterator[ServiceContext]:
+    settings = Settings(data_dir=tmp_path / "data", database_url=database_url(db_kind, tmp_path), run_workers=False)
+    settings.data_dir.mkdir(parents=True)
+    db = Database(settings.resolved_database_url())
+    db.migrate()
+    context = ServiceContext(settings=settings, db=db, clock=FixedClock(), backends={"local": LocalBackend(settings.backend_dir / "local")})
+    yield context
+    db.dispose()
+
+
+@pytest.fixture
+def admin_token(ctx: ServiceContext) -> str:
+    with ctx.db.transaction() as session:
+        token = auth.ensure_admin(session, ctx.clock.now())
+    assert token
+    return token
+
+
+@pytest.fixture
+def api(ctx: ServiceContext, admin_token: str) -> Iterator[TestClient]:
+    app = create_app(ctx=ctx)
+    with TestClient(app, headers={"Authorization": f"Bearer {admin_token}"}) as client:
+        yield client
+
+
+def demo_documents() -> tuple[list[dict], list[str]]:
+    from hetpool.cli.files import read_documents
+
+    return read_documents([str(DEMO_DIR)])
+
+
+@pytest.fixture
+def demo(api: TestClient) -> TestClient:
+    documents, sources = demo_documents()
+    response = api.post("/api/v1/apply", json={"documents": documents, "sources": sources})
+    assert response.status_code == 200, response.text
+    return api
