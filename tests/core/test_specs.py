@@ -95,11 +95,6 @@ def test_fallback_and_any_of_together_is_an_error() -> None:
     assert parse_spec(_task(per_worker={"devices": {"class": "gpu"}}, any_of=["nvidia-h100"])).ordered is False
 
 
-@pytest.mark.xfail(
-    reason="BUG: validation_details strips '.' from the prefix 'Task/t: ' for model-level errors, leaving loc 'Task/t: ' "
-    "and a message 'Task/t: : Value error, ...'",
-    strict=True,
-)
 def test_root_level_error_loc_has_no_dangling_separator() -> None:
     err = _error(_task(per_worker={"devices": {"class": "gpu"}}, fallback=["a"], any_of=["b"]))
     assert err.details[0]["loc"] == "Task/t"
@@ -317,7 +312,6 @@ def test_invalid_version_spec_message(text: str) -> None:
     assert "'>=2.3,<2.6'" in str(info.value)
 
 
-@pytest.mark.xfail(reason="BUG: a bare two-part pre-release '2.4rc1' becomes '==2.4rc1.*', which packaging rejects", strict=True)
 def test_bare_prerelease_version_is_accepted() -> None:
     assert parse_version_spec("2.4rc1").contains("2.4rc1", prereleases=True)
 

@@ -450,18 +450,12 @@ def test_pool_default_stack_is_used_for_nodes_without_one() -> None:
     assert assign(old, spec, CHECK).reasons == Counter({R_CANN: 1})
 
 
-@pytest.mark.xfail(
-    reason="BUG: build_snapshot sets PoolView.stack = pool.stack or the first node's stack, so the pool's default stack "
-    "overrides a node's own stack (effective_stack says node.stack wins); PyTorch 2.4 is placed on a CANN 8.0.RC1 node",
-    strict=True,
-)
 def test_node_stack_wins_over_pool_default_rc1_node_rejected() -> None:
     snap = make_snapshot([node("n0", "ascend-910b1", stack=cann_stack("8.0.RC1"))], [pool("npu", "ascend-910b1", ["n0"], stack=cann_stack("8.0.0"))])
     spec = task(devices={"class": "npu"}, framework={"name": "pytorch", "version": "2.4"}, image="torch:2.4")
     assert not assign(snap, spec, CHECK).feasible
 
 
-@pytest.mark.xfail(reason="BUG: same as above, other direction: a CANN 8.0.0 node is rejected because the pool default is 8.0.RC1", strict=True)
 def test_node_stack_wins_over_pool_default_800_node_accepted() -> None:
     snap = make_snapshot([node("n0", "ascend-910b1", stack=cann_stack("8.0.0"))], [pool("npu", "ascend-910b1", ["n0"], stack=cann_stack("8.0.RC1"))])
     spec = task(devices={"class": "npu"}, framework={"name": "pytorch", "version": "2.4"}, image="torch:2.4")

@@ -65,11 +65,11 @@ def version() -> None:
 def up(
     demo: bool = typer.Option(False, "--demo", help="load the demo inventory from examples/demo"),
     data_dir: Path = typer.Option(None, "--data-dir", envvar="HETPOOL_DATA_DIR", help="default: ~/.hetpool"),
-    host: str = typer.Option("127.0.0.1", "--host"),
-    port: int = typer.Option(8080, "--port"),
+    host: str = typer.Option("127.0.0.1", "--host", envvar="HETPOOL_HOST"),
+    port: int = typer.Option(8080, "--port", envvar="HETPOOL_PORT"),
     database_url: str = typer.Option("", "--database-url", envvar="HETPOOL_DATABASE_URL", help="default: SQLite in the data dir"),
     demo_dir: Path = typer.Option(Path("examples/demo"), "--demo-dir", help="inventory loaded by --demo"),
-    workers: bool = typer.Option(True, "--workers/--no-workers", help="run the scheduler, dispatcher and reconciler"),
+    workers: bool = typer.Option(True, "--workers/--no-workers", envvar="HETPOOL_RUN_WORKERS", help="run the scheduler, dispatcher and reconciler"),
 ) -> None:
     """Start the server: API, scheduler, dispatcher and home page."""
     from hetpool.cli.serve import serve
@@ -120,7 +120,7 @@ def get(
         table(
             ["ID", "NAME", "TENANT", "TYPE", "STATE", "PLACEMENT", "MESSAGE"],
             [
-                [t["id"], t["name"], t["tenant"], t["type"], t["state"], placements_text(t["placements"]), (t.get("message") or "")[:60]]
+                [t["id"], t["name"], t["tenant"], t["type"], t["state"], placements_text(t["placements"]), _task_message(t)]
                 for t in items
             ],
         )
@@ -151,7 +151,13 @@ def get(
             [[p["name"], p["cluster"], p["model"], len(p["nodes"]), p["price_per_hour"], p["shareable"]] for p in items],
         )
     else:
-        table(["NAME", "DESCRIPTION"], [[o["name"], o.get("description", "")] for o in items])
+        table(["NAME", "DESCRIPTION"], [[o["name"], o.get("description") or o.get("display_name", "")] for o in items])
+
+
+def _task_message(task: dict) -> str:
+    """The task's message, or for a queued task why it waits."""
+    text = task.get("message") or (task.get("pending") or {}).get("summary") or ""
+    return text[:80]
 
 
 def _runtime_text(runtime: dict | None) -> str:
@@ -160,7 +166,9 @@ def _runtime_text(runtime: dict | None) -> str:
 
 @app.command()
 @handles_errors
-def describe(kind: str, name: str, url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputFormat.YAML) -> None:
+def describe(
+    kind: str, name: str, url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = typer.Option(OutputFormat.YAML, "-o", "--output")
+) -> None:
     """Show one object in full (tasks: placement, explanation, timeline)."""
     resolved = resolve_kind(kind)
     with _client(url, token) as client:

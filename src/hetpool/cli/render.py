@@ -9,8 +9,9 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-console = Console()
-err_console = Console(stderr=True)
+# soft_wrap: long tokens, ids and messages stay on one line, so they can be copied.
+console = Console(soft_wrap=True)
+err_console = Console(stderr=True, soft_wrap=True)
 
 
 class OutputFormat(StrEnum):

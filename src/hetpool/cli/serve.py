@@ -14,7 +14,7 @@ from hetpool.server.services import auth
 from hetpool.server.services.inventory import apply_specs, load_inventory
 from hetpool.server.settings import Settings
 
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)  # keep the token on one line
 
 
 def load_demo(ctx, demo_dir: Path) -> int:

@@ -68,7 +68,11 @@ def validation_details(exc: ValidationError, prefix: str = "") -> list[dict[str,
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
             msg = "unknown field"
-        details.append({"loc": f"{prefix}{loc}" if loc != "(root)" else prefix.rstrip(".") or loc, "msg": msg})
+        if loc == "(root)":
+            loc = prefix.rstrip(": ") or loc  # an error about the whole document
+        else:
+            loc = f"{prefix}{loc}"
+        details.append({"loc": loc, "msg": msg.removeprefix("Value error, ")})
     return details
 
 

@@ -7,6 +7,7 @@ chooses). Both at once is an error.
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -39,7 +40,13 @@ def parse_version_spec(value: str) -> SpecifierSet:
     if not text or text == "*":
         return SpecifierSet("")
     if text[0].isdigit():
-        text = f"=={text}.*" if text.count(".") < 2 else f"=={text}"
+        # "2.4" means any 2.4.x; a full or pre-release version ("2.4.1", "2.4rc1") is exact.
+        if re.fullmatch(r"\d+(\.\d+)?", text):
+            text = f"=={text}.*"
+        elif re.fullmatch(r"\d+(\.\d+)*([a-z]+\d*)?(\.post\d+)?(\.dev\d+)?", text):
+            text = f"=={text}"
+        else:
+            raise ValueError(f"invalid version spec {value!r}: use e.g. '2.4', '>=2.3,<2.6' or '==2.4.1'")
     try:
         return SpecifierSet(text)
     except InvalidSpecifier as exc:

@@ -155,7 +155,7 @@ def build_snapshot(
         cluster = cluster_by_name.get(spec.cluster)
         if model is None or cluster is None:
             continue
-        view = PoolView(index=len(views), spec=spec, model=model, cluster=cluster, stack=spec.stack)
+        view = PoolView(index=len(views), spec=spec, model=model, cluster=cluster, stack=None)
         for node_name in spec.nodes:
             n = node_by_name.get(node_name)
             if n is None:
@@ -166,7 +166,10 @@ def build_snapshot(
                 continue
             # A CPU pool row exposes the node's sockets as "devices" (usually 1 or 2).
             view.rows.append(len(row_node))
-            view.stack = view.stack or node.stack
+            # A node's own stack wins over the pool's default; the inventory service
+            # guarantees every node of a pool ends up with the same effective stack.
+            if view.stack is None:
+                view.stack = effective_stack(node, spec)
             row_node.append(n)
             row_pool.append(view.index)
             dev_free.append(np.ones(max(count, 1 if model.device_class == "cpu" else 0), dtype=np.float64))

@@ -29,8 +29,7 @@ def compat_check(query: CompatQuery, ctx: ServiceContext = Depends(get_ctx), use
     pool = inv.pools.get(query.pool)
     if pool is None:
         raise NotFoundError(f"pool {query.pool!r} not found")
-    stack = pool.stack
-    if stack is None:
-        stack = next((inv.nodes[n].stack for n in pool.nodes if n in inv.nodes and inv.nodes[n].stack), None)
+    first = next((inv.nodes[n] for n in pool.nodes if n in inv.nodes), None)
+    stack = (first.stack if first else None) or pool.stack  # a node's own stack wins over the pool default
     verdict = ctx.compat.check(inv.catalog.get(pool.model), stack, query.framework, has_image=query.has_image)
     return {"ok": verdict.ok, "reason": verdict.reason, "detail": verdict.detail, "notes": list(verdict.notes), "kb_version": ctx.compat.version}

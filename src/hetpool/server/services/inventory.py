@@ -17,7 +17,7 @@ from hetpool.catalog.devices import DeviceCatalog
 from hetpool.core.errors import ConflictError, NotFoundError, SpecError
 from hetpool.core.inventory import ClusterSpec, DeviceClass, DeviceModelSpec, NodeSpec, PoolSpec
 from hetpool.core.specs import APPLY_ORDER, SPEC_KINDS, resolve_kind, spec_to_document
-from hetpool.core.states import ACTIVE_STATES
+from hetpool.core.states import ACTIVE_STATES, TaskState
 from hetpool.core.tasks import TaskTemplateSpec
 from hetpool.core.tenancy import TenantSpec
 from hetpool.server.db.models import InventoryObjectRow, PlacementRow, TaskRow
@@ -210,12 +210,22 @@ def _dependents(session: Session, inv: Inventory, kind: str, name: str) -> list[
     if kind == "Pool":
         return _active_tasks(session, PlacementRow.pool == name)
     if kind == "Tenant":
-        return [f"Tenant/{t}" for t in inv.tenants if t.startswith(name + "/")]
+        children = [f"Tenant/{t}" for t in inv.tenants if t.startswith(name + "/")]
+        return children + _unfinished_tasks(session, TaskRow.tenant == name)
+    if kind == "TaskTemplate":
+        return _unfinished_tasks(session, TaskRow.template == name)
     if kind == "DeviceModel":
         return [f"Pool/{p.name}" for p in inv.pools.values() if p.model == name] + [
             f"Node/{n.name}" for n in inv.nodes.values() if any(g.model == name for g in n.devices)
         ]
     return []
+
+
+def _unfinished_tasks(session: Session, condition) -> list[str]:
+    """Tasks not yet ended that would fail if the object they name disappeared."""
+    ended = [s.value for s in TaskState if s.terminal]
+    rows = session.execute(select(TaskRow.id).where(condition, TaskRow.state.not_in(ended)).limit(20)).scalars()
+    return [f"Task/{tid}" for tid in rows]
 
 
 def _active_tasks(session: Session, condition) -> list[str]:
