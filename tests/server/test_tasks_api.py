@@ -153,3 +153,12 @@ def test_lifecycle_is_audited_in_order_and_the_chain_detects_tampering(ctx: Serv
         session.execute(text("UPDATE audit_events SET actor = 'mallory' WHERE id = :i"), {"i": victim})
     result = demo.get("/api/v1/audit/verify").json()
     assert result["ok"] is False and result["first_bad_event"] == victim
+
+
+def test_tenant_and_template_of_a_waiting_task_cannot_be_deleted(demo: TestClient) -> None:
+    task_id = submit(demo, example_task("data-prep.yaml"))
+    conflict = demo.delete("/api/v1/objects/tenants/infra/data/etl")
+    assert conflict.status_code == 409 and f"Task/{task_id}" in conflict.json()["message"]
+    assert demo.delete("/api/v1/objects/templates/data-prep").status_code == 409
+    demo.post(f"/api/v1/tasks/{task_id}/cancel")
+    assert demo.delete("/api/v1/objects/templates/data-prep").status_code == 204

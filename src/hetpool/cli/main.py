@@ -119,10 +119,7 @@ def get(
     if resolved == "Task":
         table(
             ["ID", "NAME", "TENANT", "TYPE", "STATE", "PLACEMENT", "MESSAGE"],
-            [
-                [t["id"], t["name"], t["tenant"], t["type"], t["state"], placements_text(t["placements"]), _task_message(t)]
-                for t in items
-            ],
+            [[t["id"], t["name"], t["tenant"], t["type"], t["state"], placements_text(t["placements"]), _task_message(t)] for t in items],
         )
     elif resolved == "DeviceModel":
         table(

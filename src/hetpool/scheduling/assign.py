@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hetpool.core.inventory import DeviceClass, TaskType
+from hetpool.core.inventory import TaskType
 from hetpool.core.tasks import TaskSpec
 from hetpool.scheduling.filters import (
     REASON_CLASS,
@@ -131,7 +131,6 @@ def candidate_groups(snap: Snapshot, task: TaskSpec) -> list[_Group]:
 
 def _row_scores(snap: Snapshot, rows: np.ndarray, task: TaskSpec) -> np.ndarray:
     """Higher is better. Training packs, inference spreads; locality, price, performance."""
-    pools = [snap.pools[int(snap.row_pool[r])] for r in rows]
     free = snap.whole_free()[rows].astype(np.float64)
     total = np.maximum(snap.device_totals()[rows].astype(np.float64), 1.0)
     score = np.zeros(len(rows))
@@ -140,15 +139,14 @@ def _row_scores(snap: Snapshot, rows: np.ndarray, task: TaskSpec) -> np.ndarray:
             score += free / total  # emptiest nodes first: replicas land apart
         else:
             score += 1.0 - free / total  # fullest nodes first: keep whole nodes free
-        perf = np.array([p.model.perf_for(task.task_type) for p in pools])
+        perf = snap.row_perf(task.task_type)[rows]
         score += 0.5 * perf / max(perf.max(), 1e-9)
     else:
         # Device-less work belongs on CPU pools; accelerators stay free for what needs them.
-        score += np.array([2.0 if p.model.device_class == DeviceClass.CPU else 0.0 for p in pools])
+        score += 2.0 * snap.row_is_cpu[rows]
     if task.data is not None and task.data.zone:
-        zones = np.array([snap.node_zone[int(snap.row_node[r])] == task.data.zone for r in rows])
-        score += 1.0 * zones
-    price = np.array([p.spec.price_per_hour for p in pools])
+        score += 1.0 * (snap.node_zone_array[snap.row_node[rows]] == task.data.zone)
+    price = snap.row_price[rows]
     if price.max() > 0:
         score -= 0.3 * price / price.max()
     return score
@@ -166,19 +164,33 @@ def _pick_devices(snap: Snapshot, row: int, count: float) -> tuple[tuple[int, ..
 
 
 def _place_group(snap: Snapshot, task: TaskSpec, rows: np.ndarray) -> list[WorkerPlacement] | None:
-    """Place all workers on `rows` of `snap` (mutated), or None (gang: all or nothing)."""
+    """Place all workers on `rows`, or None (gang: all or nothing).
+
+    Workers are placed one by one on `snap` so that later workers see what earlier ones
+    took, then every take is undone: `snap` is unchanged on return (an undo log is far
+    cheaper than copying the snapshot for each attempt).
+    """
+    taken: list[tuple[int, tuple[int, ...], float]] = []
+    try:
+        return _place_workers(snap, task, rows, taken)
+    finally:
+        for row, indices, fraction in reversed(taken):
+            snap.release(row, indices, fraction, task.per_worker.cpu, task.per_worker.memory_gb)
+
+
+def _place_workers(snap: Snapshot, task: TaskSpec, rows: np.ndarray, taken: list) -> list[WorkerPlacement] | None:
     demand = task.per_worker.devices
     placements: list[WorkerPlacement] = []
-    used_nodes: Counter = Counter()
+    used_nodes = np.zeros(len(snap.node_names), dtype=np.float64)
+    spread = task.task_type in SPREAD_TYPES
+    nodes = snap.row_node[rows]
     for rank in range(task.workers):
         fit, _ = workers_fit_per_row(snap, rows, task)
         ok = fit > 0
         if not ok.any():
             return None
         score = _row_scores(snap, rows, task)
-        spread = task.task_type in SPREAD_TYPES
-        nodes = snap.row_node[rows]
-        usage = np.array([used_nodes[int(n)] for n in nodes], dtype=np.float64)
+        usage = used_nodes[nodes]
         # Spread: penalise nodes this task already uses; pack: reward them (keep workers close).
         score = score - 10.0 * usage if spread else score + 0.2 * np.minimum(usage, 1)
         score = np.where(ok, score, -np.inf)
@@ -190,7 +202,8 @@ def _place_group(snap: Snapshot, task: TaskSpec, rows: np.ndarray) -> list[Worke
         else:
             indices, fraction = (), 0.0
         snap.take(row, indices, fraction, task.per_worker.cpu, task.per_worker.memory_gb)
-        used_nodes[int(snap.row_node[row])] += 1
+        taken.append((row, indices, fraction))
+        used_nodes[snap.row_node[row]] += 1
         devices_held = len(indices) * fraction
         placements.append(
             WorkerPlacement(
@@ -242,8 +255,7 @@ def assign(snap: Snapshot, task: TaskSpec, compat_check: CompatCheck) -> Assignm
         row_arr = np.array(sorted(rows), dtype=np.int64)
         fit, reasons = workers_fit_per_row(snap, row_arr, task)
         attempt.workers_fit = int(fit.sum())
-        trial = snap.copy()
-        placements = _place_group(trial, task, row_arr)
+        placements = _place_group(snap, task, row_arr)
         if placements is not None:
             attempt.outcome = "fit"
             return Assignment(

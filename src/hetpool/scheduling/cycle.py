@@ -48,8 +48,26 @@ def queue_order(queue: list[QueuedTask]) -> list[QueuedTask]:
     return sorted(queue, key=lambda q: (-q.spec.priority.rank, q.queued_at, q.id))
 
 
+def memoized(compat_check: CompatCheck) -> CompatCheck:
+    """Compatibility verdicts per (model, stack, framework request) for one cycle.
+
+    Many queued tasks ask for the same framework spec; a pool's stack object is shared
+    by all its rows, so its id() is a safe key within one snapshot.
+    """
+    cache: dict = {}
+
+    def check(model, stack, framework, *, has_image: bool = False):
+        key = (model.name, id(stack), framework.model_dump_json() if framework else "", has_image)
+        if key not in cache:
+            cache[key] = compat_check(model, stack, framework, has_image=has_image)
+        return cache[key]
+
+    return check
+
+
 def run_cycle(snapshot: Snapshot, queue: list[QueuedTask], compat_check: CompatCheck, now: datetime) -> CycleResult:
     started = time.perf_counter()
+    compat_check = memoized(compat_check)
     working = snapshot.copy()
     idle = snapshot.emptied()
     decisions: list[Decision] = []

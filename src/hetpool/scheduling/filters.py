@@ -98,25 +98,21 @@ def workers_fit_per_row(snap: Snapshot, rows: np.ndarray, task: TaskSpec) -> tup
     fit = np.where(healthy, fit, 0).astype(np.int64)
 
     totals = snap.device_totals()[rows]
-    reasons: list[str] = []
-    for i, _row in enumerate(rows):
-        n = nodes[i]
-        if not healthy[i]:
-            reasons.append(REASON_UNHEALTHY)
-        elif snap.total_cpu[n] < cpu:
-            reasons.append(REASON_CPU_TOTAL)
-        elif snap.total_mem[n] < mem:
-            reasons.append(REASON_MEMORY_HOST_TOTAL)
-        elif demand is not None and demand.count >= 1 and totals[i] < demand.count:
-            reasons.append(REASON_DEVICES_TOTAL)
-        elif fit[i] > 0:
-            reasons.append("")
-        elif by_cpu[i] < 1:
-            reasons.append(REASON_CPU)
-        elif by_mem[i] < 1:
-            reasons.append(REASON_MEMORY_HOST)
-        else:
-            reasons.append(REASON_DEVICES)
+    whole = demand is not None and demand.count >= 1
+    # The first failing check names the reason; "" where at least one worker fits.
+    reasons = np.select(
+        [
+            ~healthy,
+            snap.total_cpu[nodes] < cpu,
+            snap.total_mem[nodes] < mem,
+            (totals < demand.count) if whole else np.zeros(len(rows), dtype=bool),
+            fit > 0,
+            by_cpu < 1,
+            by_mem < 1,
+        ],
+        [REASON_UNHEALTHY, REASON_CPU_TOTAL, REASON_MEMORY_HOST_TOTAL, REASON_DEVICES_TOTAL, "", REASON_CPU, REASON_MEMORY_HOST],
+        default=REASON_DEVICES,
+    ).tolist()
     return fit, reasons
 
 

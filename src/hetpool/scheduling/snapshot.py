@@ -55,23 +55,39 @@ class Snapshot:
     row_node: np.ndarray  # int per row → node index
     row_pool: np.ndarray  # int per row → pool index
     dev_free: list[np.ndarray]  # per row: free fraction per device index
+    row_free_whole: np.ndarray  # per row: idle whole devices, kept in step with dev_free by take()
+    row_total: np.ndarray  # per row: devices
     pool_by_name: dict[str, int] = field(default_factory=dict)
     node_by_name: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # Per-row attributes that never change within a snapshot, as arrays for scoring.
+        pools = [self.pools[int(p)] for p in self.row_pool]
+        self.row_price = np.array([p.spec.price_per_hour for p in pools], dtype=np.float64)
+        self.row_is_cpu = np.array([p.model.device_class == "cpu" for p in pools], dtype=bool)
+        self.node_zone_array = np.array(self.node_zone, dtype=object)
+        self._perf: dict[str, np.ndarray] = {}
+
+    def row_perf(self, task_type) -> np.ndarray:
+        """Relative performance of each row's device model for `task_type` (cached)."""
+        if task_type not in self._perf:
+            self._perf[task_type] = np.array([self.pools[int(p)].model.perf_for(task_type) for p in self.row_pool], dtype=np.float64)
+        return self._perf[task_type]
 
     @property
     def row_count(self) -> int:
         return len(self.row_node)
 
     def whole_free(self) -> np.ndarray:
-        """Idle whole devices per row."""
-        return np.array([int((d >= 1.0 - 1e-9).sum()) for d in self.dev_free], dtype=np.int64)
+        """Idle whole devices per row (read-only view; updated incrementally by take())."""
+        return self.row_free_whole
 
     def fraction_free(self, fraction: float) -> np.ndarray:
         """Devices per row with at least `fraction` of a device free."""
         return np.array([int((d >= fraction - 1e-9).sum()) for d in self.dev_free], dtype=np.int64)
 
     def device_totals(self) -> np.ndarray:
-        return np.array([len(d) for d in self.dev_free], dtype=np.int64)
+        return self.row_total
 
     def copy(self) -> Snapshot:
         """A copy whose capacity arrays can be changed without touching this one."""
@@ -88,6 +104,8 @@ class Snapshot:
             row_node=self.row_node,
             row_pool=self.row_pool,
             dev_free=[d.copy() for d in self.dev_free],
+            row_free_whole=self.row_free_whole.copy(),
+            row_total=self.row_total,
             pool_by_name=self.pool_by_name,
             node_by_name=self.node_by_name,
         )
@@ -98,6 +116,7 @@ class Snapshot:
         empty.free_cpu = self.total_cpu.copy()
         empty.free_mem = self.total_mem.copy()
         empty.dev_free = [np.ones_like(d) for d in self.dev_free]
+        empty.row_free_whole = self.row_total.copy()
         return empty
 
     def row_of(self, node: str, pool: str) -> int | None:
@@ -114,9 +133,12 @@ class Snapshot:
         node = int(self.row_node[row])
         self.free_cpu[node] -= cpu
         self.free_mem[node] -= memory_gb
-        for i in device_indices:
-            if 0 <= i < len(self.dev_free[row]):
-                self.dev_free[row][i] -= fraction
+        if device_indices:
+            devices = self.dev_free[row]
+            for i in device_indices:
+                if 0 <= i < len(devices):
+                    devices[i] -= fraction
+            self.row_free_whole[row] = int((devices >= 1.0 - 1e-9).sum())
 
     def release(self, row: int, device_indices: tuple[int, ...], fraction: float, cpu: float, memory_gb: float) -> None:
         self.take(row, device_indices, -fraction, -cpu, -memory_gb)
@@ -188,6 +210,8 @@ def build_snapshot(
         row_node=np.array(row_node, dtype=np.int64),
         row_pool=np.array(row_pool, dtype=np.int64),
         dev_free=dev_free,
+        row_free_whole=np.array([len(d) for d in dev_free], dtype=np.int64),
+        row_total=np.array([len(d) for d in dev_free], dtype=np.int64),
         pool_by_name={v.name: v.index for v in views},
         node_by_name=node_by_name,
     )
