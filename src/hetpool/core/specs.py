@@ -14,6 +14,7 @@ from pydantic import BaseModel, ValidationError
 
 from hetpool.core.errors import SpecError
 from hetpool.core.inventory import ClusterSpec, DeviceModelSpec, NodeSpec, PoolSpec
+from hetpool.core.policy import QueueSpec, SchedulingPolicySpec
 from hetpool.core.tasks import TaskSpec, TaskTemplateSpec
 from hetpool.core.tenancy import TenantSpec
 
@@ -24,10 +25,12 @@ SPEC_KINDS: dict[str, type[BaseModel]] = {
     "Pool": PoolSpec,
     "Tenant": TenantSpec,
     "TaskTemplate": TaskTemplateSpec,
+    "Queue": QueueSpec,
+    "SchedulingPolicy": SchedulingPolicySpec,
     "Task": TaskSpec,
 }
 # Order in which `apply` writes kinds, so that references resolve within one batch.
-APPLY_ORDER = ["DeviceModel", "Tenant", "Cluster", "Node", "Pool", "TaskTemplate", "Task"]
+APPLY_ORDER = ["DeviceModel", "Tenant", "Cluster", "Node", "Pool", "TaskTemplate", "Queue", "SchedulingPolicy", "Task"]
 # Lower-case and plural names accepted on the command line and in URLs.
 KIND_ALIASES = {
     **{k.lower(): k for k in SPEC_KINDS},
@@ -38,6 +41,9 @@ KIND_ALIASES = {
     "templates": "TaskTemplate",
     "template": "TaskTemplate",
     "tasktemplates": "TaskTemplate",
+    "policy": "SchedulingPolicy",
+    "policies": "SchedulingPolicy",
+    "schedulingpolicies": "SchedulingPolicy",
 }
 
 MAX_SPEC_BYTES = 4 * 1024 * 1024

@@ -84,6 +84,10 @@ class DeviceRequest(SpecModel):
     count: float = Field(default=1, gt=0, le=64, description="whole devices; a fraction < 1 on shareable pools")
     models: list[Name] = []
     min_memory_gb: float = Field(default=0, ge=0)
+    memory_gb: float | None = Field(
+        default=None, gt=0, description="a slice of one device's memory (HAMi gpumem); shareable pools only"
+    )
+    cores_percent: float | None = Field(default=None, gt=0, le=100, description="share of one device's compute (HAMi gpucores)")
 
     @field_validator("count")
     @classmethod
@@ -91,6 +95,15 @@ class DeviceRequest(SpecModel):
         if value > 1 and value != int(value):
             raise ValueError("count above 1 must be a whole number")
         return value
+
+
+class TopologyRequest(SpecModel):
+    """Where workers and devices must sit relative to each other."""
+
+    same: Literal["none", "node", "network_group", "zone"] = Field(
+        default="none", description="all workers on one node / network group / zone"
+    )
+    device_island: bool = Field(default=False, description="each worker's devices within one NVLink / HCCS island")
 
 
 class WorkerDemand(SpecModel):
@@ -124,6 +137,10 @@ class TaskSpec(ObjectSpec):
     data: DataLocation | None = None
     runtime_estimate: str | None = Field(default=None, description="on the reference device: '6h', '90m'")
     max_runtime: str | None = None
+    queue: Name | None = Field(default=None, description="named queue; default: the first queue that accepts the task type")
+    topology: TopologyRequest | None = None
+    exclude_nodes: list[Name] = []
+    preemptible: bool = Field(default=True, description="may be evicted by higher-priority work")
 
     @field_validator("tenant")
     @classmethod
@@ -151,6 +168,9 @@ class TaskSpec(ObjectSpec):
             raise ValueError("fallback/any_of: a device model or pool is listed twice")
         if candidates and self.per_worker.devices is None:
             raise ValueError("fallback/any_of need per_worker.devices (which devices to substitute)")
+        devices = self.per_worker.devices
+        if devices is not None and (devices.memory_gb or devices.cores_percent) and devices.count != 1:
+            raise ValueError("per_worker.devices: memory_gb / cores_percent ask for a slice of one device; leave count at 1")
         return self
 
     @property
@@ -181,6 +201,9 @@ class TaskDefaults(SpecModel):
     priority: Priority | None = None
     runtime_estimate: str | None = None
     max_runtime: str | None = None
+    queue: Name | None = None
+    topology: TopologyRequest | None = None
+    preemptible: bool | None = None
 
 
 class TaskTemplateSpec(ObjectSpec):

@@ -43,6 +43,7 @@ class TenantSpec(ObjectSpec):
     name: str = Field(description="path: org, org/team or org/team/project")
     display_name: str = ""
     environments: list[Environment] = [Environment.DEV, Environment.TEST, Environment.PROD]
+    weight: float = Field(default=1.0, gt=0, le=1000, description="fair-share weight among siblings")
 
     @field_validator("name")
     @classmethod

@@ -1,0 +1,51 @@
+"""Scheduling configuration objects: named queues and the per-resource-class policy.
+
+`Queue` routes tasks (by task type, template or an explicit `queue:` on the task) into a
+line with its own ordering and the pools it may use. `SchedulingPolicy` (one object,
+named `default`) carries the rules that may differ per device class — GPU, NPU and
+DPU pools need not share one rulebook.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from hetpool.core.base import Name, ObjectSpec, SpecModel
+from hetpool.core.inventory import DeviceClass, TaskType
+
+
+class QueueSpec(ObjectSpec):
+    kind: Literal["Queue"] = "Queue"
+    name: Name
+    task_types: list[TaskType] = Field(default=[], description="task types routed here; empty: any")
+    templates: list[Name] = Field(default=[], description="templates routed here; empty: any")
+    pools: list[Name] = Field(default=[], description="pools or device models this queue may use; empty: all")
+    ordering: Literal["priority-fairshare", "fifo"] = Field(
+        default="priority-fairshare",
+        description="priority-fairshare: priority class, then tenant fair share, then age; fifo: strict arrival order",
+    )
+    order: int = Field(default=100, description="routing precedence: lower is tried first")
+
+
+class ClassRule(SpecModel):
+    placement: Literal["auto", "pack", "spread"] = Field(default="auto", description="auto: training packs, inference spreads")
+    preemption: bool = Field(default=True, description="higher-priority work may evict lower-priority work here")
+    backfill: bool = True
+
+
+class SchedulingPolicySpec(ObjectSpec):
+    kind: Literal["SchedulingPolicy"] = "SchedulingPolicy"
+    name: Literal["default"] = "default"
+    classes: dict[DeviceClass, ClassRule] = Field(default={}, description="rules per device class; missing classes use defaults")
+    aging_per_hour: float = Field(default=0.5, ge=0, le=100, description="priority-rank points gained per hour of waiting (no starvation)")
+    wait_for_preferred: bool = Field(
+        default=True, description="wait for busy preferred devices when that finishes earlier than a substitute"
+    )
+    estimate_horizon: int = Field(default=200, ge=0, le=10000, description="pending tasks that get a start-time estimate each cycle")
+
+    def rule(self, device_class: DeviceClass | None) -> ClassRule:
+        if device_class is None:
+            return self.classes.get(DeviceClass.CPU, ClassRule())
+        return self.classes.get(device_class, ClassRule())
