@@ -83,7 +83,7 @@ def test_higher_priority_wins_the_last_eight_devices() -> None:
 
     assert (second.task_id, second.admit) == ("older-normal", False)
     assert second.explanation["fits_when_idle"] is True
-    assert second.explanation["summary"].startswith("waiting for capacity: ")
+    assert second.explanation["summary"].startswith("waiting for capacity — 0/2 nodes available: 2 not enough free devices")
     assert REASON_DEVICES in second.explanation["summary"]
     assert second.explanation["reasons"] == {REASON_DEVICES: 2}
     assert [d.task_id for d in result.admitted] == ["newer-high"]
@@ -111,7 +111,7 @@ def test_task_that_cannot_fit_even_on_idle_capacity() -> None:
     [decision] = result.decisions
     assert not decision.admit
     assert decision.explanation["fits_when_idle"] is False
-    assert decision.explanation["summary"] == f"cannot run anywhere, even on idle capacity: {REASON_DEVICES_TOTAL} (2)"
+    assert decision.explanation["summary"] == f"cannot run anywhere, even on idle capacity — 0/2 nodes available: 2 {REASON_DEVICES_TOTAL}"
     assert decision.explanation["attempts"][0]["outcome"] == "no-fit"
 
 

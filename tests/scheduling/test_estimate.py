@@ -6,9 +6,9 @@ import pytest
 
 from hetpool.catalog.devices import REFERENCE_MODEL, DeviceCatalog
 from hetpool.core.inventory import DeviceModelSpec, TaskType
+from hetpool.core.units import format_duration as describe_runtime
 from hetpool.scheduling.assign import WorkerPlacement, assign
 from hetpool.scheduling.estimate import cost_per_hour, runtime_on
-from hetpool.scheduling.explain import describe_runtime
 from tests.scheduling.factories import CUDA_STACK, compat_check, make_snapshot, node, pool, task
 
 CATALOG = DeviceCatalog.builtin()

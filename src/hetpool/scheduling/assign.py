@@ -18,10 +18,14 @@ from hetpool.core.inventory import TaskType
 from hetpool.core.tasks import TaskSpec
 from hetpool.scheduling.filters import (
     REASON_CLASS,
+    REASON_EXCLUDED,
     REASON_GANG,
+    REASON_QUEUE_POOLS,
+    REASON_TOPOLOGY,
     CompatCheck,
     class_matches,
     pool_verdict,
+    slice_fraction,
     workers_fit_per_row,
 )
 from hetpool.scheduling.snapshot import Snapshot
@@ -129,13 +133,20 @@ def candidate_groups(snap: Snapshot, task: TaskSpec) -> list[_Group]:
     return groups
 
 
-def _row_scores(snap: Snapshot, rows: np.ndarray, task: TaskSpec) -> np.ndarray:
+def spreads(task: TaskSpec, placement: str) -> bool:
+    """Placement rule: a class policy may force pack or spread; auto: inference spreads."""
+    if placement == "auto":
+        return task.task_type in SPREAD_TYPES
+    return placement == "spread"
+
+
+def _row_scores(snap: Snapshot, rows: np.ndarray, task: TaskSpec, spread: bool) -> np.ndarray:
     """Higher is better. Training packs, inference spreads; locality, price, performance."""
     free = snap.whole_free()[rows].astype(np.float64)
     total = np.maximum(snap.device_totals()[rows].astype(np.float64), 1.0)
     score = np.zeros(len(rows))
     if task.per_worker.devices is not None:
-        if task.task_type in SPREAD_TYPES:
+        if spread:
             score += free / total  # emptiest nodes first: replicas land apart
         else:
             score += 1.0 - free / total  # fullest nodes first: keep whole nodes free
@@ -152,18 +163,24 @@ def _row_scores(snap: Snapshot, rows: np.ndarray, task: TaskSpec) -> np.ndarray:
     return score
 
 
-def _pick_devices(snap: Snapshot, row: int, count: float) -> tuple[tuple[int, ...], float]:
+def _pick_devices(snap: Snapshot, row: int, count: float, fraction: float | None, island: bool) -> tuple[tuple[int, ...], float]:
     free = snap.dev_free[row]
-    if count >= 1:
+    if fraction is None:
         idle = np.flatnonzero(free >= 1.0 - 1e-9)
+        if island:
+            # The island with the fewest idle devices that still fits: keep big islands whole.
+            islands = snap.row_islands[row][idle]
+            options = [(int((islands == i).sum()), i) for i in np.unique(islands) if (islands == i).sum() >= count]
+            _, best = min(options)
+            idle = idle[islands == best]
         return tuple(int(i) for i in idle[: int(count)]), 1.0
-    # Fractional: the fullest device that still has room, to keep other devices whole.
-    ok = np.flatnonzero(free >= count - 1e-9)
+    # A slice: the fullest device that still has room, to keep other devices whole.
+    ok = np.flatnonzero(free >= fraction - 1e-9)
     best = ok[np.argmin(free[ok])]
-    return (int(best),), float(count)
+    return (int(best),), float(fraction)
 
 
-def _place_group(snap: Snapshot, task: TaskSpec, rows: np.ndarray) -> list[WorkerPlacement] | None:
+def _place_group(snap: Snapshot, task: TaskSpec, rows: np.ndarray, fractions: np.ndarray | None, spread: bool) -> list[WorkerPlacement] | None:
     """Place all workers on `rows`, or None (gang: all or nothing).
 
     Workers are placed one by one on `snap` so that later workers see what earlier ones
@@ -172,24 +189,26 @@ def _place_group(snap: Snapshot, task: TaskSpec, rows: np.ndarray) -> list[Worke
     """
     taken: list[tuple[int, tuple[int, ...], float]] = []
     try:
-        return _place_workers(snap, task, rows, taken)
+        return _place_workers(snap, task, rows, taken, fractions, spread)
     finally:
         for row, indices, fraction in reversed(taken):
             snap.release(row, indices, fraction, task.per_worker.cpu, task.per_worker.memory_gb)
 
 
-def _place_workers(snap: Snapshot, task: TaskSpec, rows: np.ndarray, taken: list) -> list[WorkerPlacement] | None:
+def _place_workers(
+    snap: Snapshot, task: TaskSpec, rows: np.ndarray, taken: list, fractions: np.ndarray | None, spread: bool
+) -> list[WorkerPlacement] | None:
     demand = task.per_worker.devices
+    island = bool(task.topology and task.topology.device_island)
     placements: list[WorkerPlacement] = []
     used_nodes = np.zeros(len(snap.node_names), dtype=np.float64)
-    spread = task.task_type in SPREAD_TYPES
     nodes = snap.row_node[rows]
+    fit, _ = workers_fit_per_row(snap, rows, task, fractions)
     for rank in range(task.workers):
-        fit, _ = workers_fit_per_row(snap, rows, task)
         ok = fit > 0
         if not ok.any():
             return None
-        score = _row_scores(snap, rows, task)
+        score = _row_scores(snap, rows, task, spread)
         usage = used_nodes[nodes]
         # Spread: penalise nodes this task already uses; pack: reward them (keep workers close).
         score = score - 10.0 * usage if spread else score + 0.2 * np.minimum(usage, 1)
@@ -198,12 +217,16 @@ def _place_workers(snap: Snapshot, task: TaskSpec, rows: np.ndarray, taken: list
         row = int(rows[i])
         pool = snap.pools[int(snap.row_pool[row])]
         if demand is not None:
-            indices, fraction = _pick_devices(snap, row, demand.count)
+            row_fraction = None if fractions is None else float(fractions[i])
+            indices, fraction = _pick_devices(snap, row, demand.count, row_fraction, island)
         else:
             indices, fraction = (), 0.0
         snap.take(row, indices, fraction, task.per_worker.cpu, task.per_worker.memory_gb)
         taken.append((row, indices, fraction))
         used_nodes[snap.row_node[row]] += 1
+        # Only rows on the node just used changed (CPU and memory are per node).
+        same_node = np.flatnonzero(nodes == snap.row_node[row])
+        fit[same_node], _ = workers_fit_per_row(snap, rows[same_node], task, None if fractions is None else fractions[same_node])
         devices_held = len(indices) * fraction
         placements.append(
             WorkerPlacement(
@@ -221,14 +244,42 @@ def _place_workers(snap: Snapshot, task: TaskSpec, rows: np.ndarray, taken: list
     return placements
 
 
-def assign(snap: Snapshot, task: TaskSpec, compat_check: CompatCheck) -> Assignment:
-    """Try each candidate group in order on a copy of `snap`; the first that fits wins.
+def _partitions(snap: Snapshot, rows: np.ndarray, same: str) -> list[np.ndarray]:
+    """Rows split by the topology key all workers must share ('none': one partition)."""
+    if same == "none":
+        return [rows]
+    nodes = snap.row_node[rows]
+    if same == "node":
+        keys = nodes
+    elif same == "zone":
+        keys = snap.node_zone_array[nodes]
+    else:
+        keys = np.array([snap.node_specs[int(n)].network_group or f"node:{n}" for n in nodes], dtype=object)
+    parts = [rows[keys == key] for key in dict.fromkeys(keys.tolist())]
+    # Most free devices first: the likeliest to hold the whole gang.
+    return sorted(parts, key=lambda part: -int(snap.whole_free()[part].sum()))
 
-    `snap` itself is not changed; the caller applies the placements it accepts.
+
+def assign(
+    snap: Snapshot,
+    task: TaskSpec,
+    compat_check: CompatCheck,
+    *,
+    allowed_pools: set[str] | None = None,
+    placement: str = "auto",
+) -> Assignment:
+    """Try each candidate group in order on `snap`; the first that fits wins.
+
+    `allowed_pools` limits the pools (by pool or model name) to those of the task's
+    queue; `placement` is the device class's rule (auto / pack / spread). `snap` is
+    not changed; the caller applies the placements it accepts.
     """
     demand = task.per_worker.devices
     device_class = demand.device_class if demand is not None else None
     use_class = not (task.fallback or task.any_of or (demand is not None and demand.models))
+    spread = spreads(task, placement)
+    same = task.topology.same if task.topology else "none"
+    excluded = {snap.node_by_name[n] for n in task.exclude_nodes if n in snap.node_by_name}
     attempts: list[Attempt] = []
     for position, group in enumerate(candidate_groups(snap, task)):
         pools = [snap.pools[i] for i in group.pools]
@@ -239,36 +290,48 @@ def assign(snap: Snapshot, task: TaskSpec, compat_check: CompatCheck) -> Assignm
             attempt.reasons[reason] += 1
             attempt.details.append(f"{group.label}: {reason}")
             continue
-        rows: list[int] = []
+        row_parts: list[np.ndarray] = []
+        fraction_parts: list[np.ndarray] = []
         for pool in pools:
             if use_class and not class_matches(pool, device_class):
                 attempt.reasons[REASON_CLASS] += len(pool.rows)
+                continue
+            if allowed_pools is not None and pool.name not in allowed_pools and pool.model.name not in allowed_pools:
+                attempt.reasons[REASON_QUEUE_POOLS] += len(pool.rows)
                 continue
             verdict = pool_verdict(pool, task, compat_check)
             if not verdict.ok:
                 attempt.reasons[verdict.reason] += max(len(pool.rows), 1)
                 attempt.details.append(f"{pool.name}: {verdict.detail}")
                 continue
-            rows.extend(pool.rows)
-        if not rows:
+            pool_rows = pool.row_array
+            if excluded:
+                keep = ~np.isin(snap.row_node[pool_rows], list(excluded))
+                attempt.reasons[REASON_EXCLUDED] += int((~keep).sum())
+                pool_rows = pool_rows[keep]
+            row_parts.append(pool_rows)
+            fraction_parts.append(np.full(len(pool_rows), slice_fraction(pool, task)))
+        row_arr = np.concatenate(row_parts) if row_parts else np.zeros(0, dtype=np.int64)
+        if not len(row_arr):
             continue
-        row_arr = np.array(sorted(rows), dtype=np.int64)
-        fit, reasons = workers_fit_per_row(snap, row_arr, task)
+        all_fractions = np.concatenate(fraction_parts)
+        fractions = all_fractions if demand is not None and (all_fractions < 1).any() else None
+        fit, reasons = workers_fit_per_row(snap, row_arr, task, fractions)
         attempt.workers_fit = int(fit.sum())
-        placements = _place_group(snap, task, row_arr)
-        if placements is not None:
-            attempt.outcome = "fit"
-            return Assignment(
-                feasible=True,
-                placements=placements,
-                fallback_used=position > 0,
-                attempts=attempts,
-                chosen=group.label,
-            )
+        if attempt.workers_fit >= task.workers:
+            for part in _partitions(snap, row_arr, same):
+                part_fractions = None if fractions is None else fractions[np.isin(row_arr, part)]
+                placements = _place_group(snap, task, part, part_fractions, spread)
+                if placements is not None:
+                    attempt.outcome = "fit"
+                    return Assignment(feasible=True, placements=placements, fallback_used=position > 0, attempts=attempts, chosen=group.label)
         for reason in reasons:
             if reason:
                 attempt.reasons[reason] += 1
-        if attempt.workers_fit > 0:
+        if attempt.workers_fit >= task.workers and same != "none":
+            attempt.reasons[REASON_TOPOLOGY] += 1
+            attempt.details.append(f"{attempt.workers_fit} workers fit across the estate, but not within one {same.replace('_', ' ')}")
+        elif attempt.workers_fit > 0:
             attempt.reasons[REASON_GANG] += 1
             attempt.details.append(f"{attempt.workers_fit} of {task.workers} workers fit now")
     return Assignment(feasible=False, placements=[], fallback_used=False, attempts=attempts)

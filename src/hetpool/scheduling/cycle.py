@@ -1,21 +1,35 @@
 """One scheduling cycle: a pure function from a snapshot and a queue to decisions.
 
-Recipe (after Kueue's `schedule()`): order the queue → for each head, assign on the
-working snapshot → admit and subtract its capacity, or record why it waits. Only the
-server's workers turn decisions into database writes and backend calls.
+Recipe (after Kueue's `schedule()`): route tasks into queues → hand out heads in order
+(priority with aging, tenant fair share, age) → for each, assign on the working
+snapshot: admit and subtract its capacity; or wait for preferred devices when that ends
+earlier than a substitute; or preempt lower-priority work; or wait, holding a
+reservation so that backfill never delays it. Waiting tasks then get a queue position
+and an estimated start. Only the server's workers turn decisions into writes and calls.
 """
 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from hetpool.core.inventory import DeviceModelSpec, TaskType
+from hetpool.core.policy import QueueSpec, SchedulingPolicySpec
 from hetpool.core.tasks import TaskSpec
 from hetpool.scheduling.assign import Assignment, assign
+from hetpool.scheduling.backfill import Reservation, earliest_fit, may_use_reserved, reserve
+from hetpool.scheduling.estimate import runtime_on
 from hetpool.scheduling.explain import explanation
 from hetpool.scheduling.filters import CompatCheck
+from hetpool.scheduling.forecast import forecast_starts
+from hetpool.scheduling.preempt import find_victims
+from hetpool.scheduling.queueing import FairShare, QueueOrder, effective_rank, route, tenant_weight
+from hetpool.scheduling.running import RunningTask
 from hetpool.scheduling.snapshot import Snapshot
+
+DEFAULT_POLICY = SchedulingPolicySpec()
 
 
 @dataclass(frozen=True)
@@ -31,21 +45,20 @@ class Decision:
     admit: bool
     assignment: Assignment
     explanation: dict = field(default_factory=dict)
+    queue: str = "default"
+    victims: list[str] = field(default_factory=list)  # running tasks to evict for this task
+    preemption_reason: str = ""
 
 
 @dataclass
 class CycleResult:
     decisions: list[Decision]
     duration_s: float
+    reservations: list[Reservation] = field(default_factory=list)
 
     @property
     def admitted(self) -> list[Decision]:
         return [d for d in self.decisions if d.admit]
-
-
-def queue_order(queue: list[QueuedTask]) -> list[QueuedTask]:
-    """Priority class first, then age (oldest first); ids break ties deterministically."""
-    return sorted(queue, key=lambda q: (-q.spec.priority.rank, q.queued_at, q.id))
 
 
 def memoized(compat_check: CompatCheck) -> CompatCheck:
@@ -65,20 +78,211 @@ def memoized(compat_check: CompatCheck) -> CompatCheck:
     return check
 
 
-def run_cycle(snapshot: Snapshot, queue: list[QueuedTask], compat_check: CompatCheck, now: datetime) -> CycleResult:
+# Fields that never change whether a task fits (runtime only matters for backfill, which
+# is keyed separately; data location only moves the score).
+_SHAPE_EXCLUDE = {"name", "command", "env_vars", "labels", "description", "max_runtime", "template", "image", "kind", "runtime_estimate", "data"}
+
+
+def shape_key(spec: TaskSpec, queue: QueueSpec, tenant_matters: bool) -> str:
+    """What decides where a task can go. Capacity only shrinks within a cycle, so once a
+    shape fails, every later task of the same shape fails too — and is skipped cheaply."""
+    body = spec.model_dump_json(exclude=_SHAPE_EXCLUDE | (set() if tenant_matters else {"tenant"}))
+    return f"{queue.name}|{bool(spec.image)}|{body}"
+
+
+def queue_order(queue: list[QueuedTask]) -> list[QueuedTask]:
+    """Priority class first, then age (oldest first); ids break ties deterministically."""
+    return sorted(queue, key=lambda q: (-q.spec.priority.rank, q.queued_at, q.id))
+
+
+def _fair_share(snapshot: Snapshot, running: list[RunningTask], weights: dict[str, float]) -> FairShare:
+    perf = snapshot.row_perf(TaskType.GENERAL)
+    accel_rows = ~snapshot.row_is_cpu
+    totals = (float((snapshot.device_totals() * perf)[accel_rows].sum()), float(snapshot.total_cpu.sum()), float(snapshot.total_mem.sum()))
+    fair = FairShare(totals, tenant_weight(weights))
+    for task in running:
+        for a in task.allocations:
+            fair.add(task.tenant, _units(snapshot, a.pool, len(a.device_indices) * a.device_fraction), a.cpu, a.memory_gb)
+    return fair
+
+
+def _units(snapshot: Snapshot, pool: str, devices: float) -> float:
+    """Devices in reference-device units (an H800 counts for more than a T4)."""
+    index = snapshot.pool_by_name.get(pool)
+    if index is None or snapshot.pools[index].model.device_class == "cpu":
+        return 0.0
+    return devices * snapshot.pools[index].model.perf_for(TaskType.GENERAL)
+
+
+def run_cycle(
+    snapshot: Snapshot,
+    queue: list[QueuedTask],
+    compat_check: CompatCheck,
+    now: datetime,
+    *,
+    running: list[RunningTask] = (),
+    queues: list[QueueSpec] = (),
+    policy: SchedulingPolicySpec | None = None,
+    tenant_weights: dict[str, float] | None = None,
+    models: dict[str, DeviceModelSpec] | None = None,
+    estimate: bool = True,
+) -> CycleResult:
     started = time.perf_counter()
+    policy = policy or DEFAULT_POLICY
     compat_check = memoized(compat_check)
+    models = models or {p.model.name: p.model for p in snapshot.pools}
+    running = list(running)
     working = snapshot.copy()
-    idle = snapshot.emptied()
+    idle_cache: list[Snapshot] = []
+
+    def idle() -> Snapshot:
+        if not idle_cache:
+            idle_cache.append(snapshot.emptied())
+        return idle_cache[0]
+
+    fair = _fair_share(snapshot, running, tenant_weights or {})
+    routed = {item.id: route(item.spec, list(queues)) for item in queue}
+    order = QueueOrder(
+        queue,
+        queue_of=lambda item: routed[item.id],
+        rank_of=lambda item: effective_rank(item.spec.priority.rank, item.queued_at, now, policy.aging_per_hour),
+        tenant_of=lambda item: item.spec.tenant,
+        fair=fair,
+    )
+    tenant_matters = any(p.spec.reserved_for is not None for p in snapshot.pools)
+    failed_shapes: dict[str, Decision] = {}
+    idle_fits: dict[str, bool] = {}
+    reservations: dict[str, Reservation] = {}  # per queue: its blocked head's reservation
+    evicting: set[str] = set()
     decisions: list[Decision] = []
-    for item in queue_order(queue):
-        result = assign(working, item.spec, compat_check)
+    waiting: list[QueuedTask] = []
+
+    while (popped := order.pop()) is not None:
+        q, item = popped
+        spec = item.spec
+        demand = spec.per_worker.devices
+        rule = policy.rule(demand.device_class if demand else None)
+        kwargs = {"allowed_pools": set(q.pools) or None, "placement": rule.placement}
+        reservation = reservations.get(q.name)
+        constrained = reservation is not None and not may_use_reserved(spec, reservation, now, models)
+        # The same shape under the same reservation fails the same way: reuse the verdict.
+        shape = shape_key(spec, q, tenant_matters) + ("|reserved" if constrained else "")
+        cached = failed_shapes.get(shape)
+        if cached is not None:
+            decisions.append(Decision(item.id, False, cached.assignment, cached.explanation, q.name))
+            waiting.append(item)
+            continue
+        target = spec
+        if constrained:
+            target = spec.model_copy(update={"exclude_nodes": sorted(set(spec.exclude_nodes) | reservation.nodes)})
+        result = assign(working, target, compat_check, **kwargs)
+
+        if result.feasible and result.fallback_used and policy.wait_for_preferred and spec.ordered and spec.runtime_estimate_s:
+            waited = _prefer_waiting(working, target, result, running, compat_check, now, models, kwargs)
+            if waited is not None:
+                decisions.append(Decision(item.id, False, result, waited, q.name))
+                waiting.append(item)
+                continue
+
         if result.feasible:
             for p in result.placements:
-                row = working.row_of(p.node, p.pool)
-                working.take(row, p.device_indices, p.device_fraction, p.cpu, p.memory_gb)
-            decisions.append(Decision(item.id, True, result, explanation(result, True)))
+                working.take(working.row_of(p.node, p.pool), p.device_indices, p.device_fraction, p.cpu, p.memory_gb)
+                fair.add(spec.tenant, _units(working, p.pool, len(p.device_indices) * p.device_fraction), p.cpu, p.memory_gb)
+            decisions.append(Decision(item.id, True, result, explanation(result, True), q.name))
+            continue
+
+        if shape not in idle_fits:
+            idle_fits[shape] = assign(idle(), spec, compat_check, **kwargs).feasible
+        info = explanation(result, idle_fits[shape], nodes=len(snapshot.node_names))
+        decision = Decision(item.id, False, result, info, q.name)
+        rank = spec.priority.rank
+        if idle_fits[shape] and rule.preemption and any(r.priority_rank < rank and r.preemptible and r.id not in evicting for r in running):
+            plan = find_victims(
+                working,
+                spec,
+                rank,
+                [r for r in running if r.id not in evicting],
+                compat_check,
+                allowed=lambda r: r.id not in evicting,
+                preemptor_id=item.id,
+            )
+            if plan is not None:
+                evicting.update(v.id for v in plan.victims)
+                decision.victims = [v.id for v in plan.victims]
+                decision.preemption_reason = plan.reason
+                info["summary"] = f"preempting {len(plan.victims)} lower-priority task(s); starts when they have released their devices"
+                info["preempting"] = decision.victims
+                decisions.append(decision)
+                waiting.append(item)
+                continue
+        if idle_fits[shape] and q.ordering == "fifo":
+            order.block(q.name)
+        elif idle_fits[shape] and q.name not in reservations:
+            held = reserve(item.id, working, idle(), spec, running, compat_check, now, **kwargs)
+            if held is not None:
+                reservations[q.name] = held
+                info["reservation"] = {"nodes": sorted(held.nodes), "start_at": held.start_at.isoformat() if held.start_at else None}
         else:
-            fits_when_idle = assign(idle, item.spec, compat_check).feasible
-            decisions.append(Decision(item.id, False, result, explanation(result, fits_when_idle)))
-    return CycleResult(decisions=decisions, duration_s=time.perf_counter() - started)
+            failed_shapes[shape] = decision
+        decisions.append(decision)
+        waiting.append(item)
+
+    for q, item in order.remaining():  # behind a blocked FIFO head
+        info = {"summary": f"waiting behind the head of fifo queue {q.name}", "fits_when_idle": True, "reasons": {}, "attempts": []}
+        decisions.append(Decision(item.id, False, Assignment(False, [], False, []), info, q.name))
+        waiting.append(item)
+
+    if estimate and waiting and policy.estimate_horizon:
+        _attach_estimates(snapshot, working, waiting, running, decisions, compat_check, now, models, policy.estimate_horizon)
+    return CycleResult(decisions=decisions, duration_s=time.perf_counter() - started, reservations=list(reservations.values()))
+
+
+def _prefer_waiting(working, spec, result, running, compat_check, now, models, kwargs) -> dict | None:
+    """Wait for the preferred (first) candidate when it would finish before the substitute."""
+    substitute = models.get(result.placements[0].model)
+    sub_end = now.timestamp() + (runtime_on(spec, substitute) or 0.0)
+    preferred = spec.model_copy(update={"fallback": spec.fallback[:1], "any_of": []})
+    start, pref = earliest_fit(working, preferred, running, compat_check, now, **kwargs)
+    if pref is None:
+        return None
+    pref_model = models.get(pref.placements[0].model)
+    pref_end = start.timestamp() + (runtime_on(spec, pref_model) or 0.0)
+    if pref_end >= sub_end:
+        return None
+    info = explanation(result, True)
+    info["summary"] = (
+        f"waiting for preferred {pref.placements[0].model} (free at {start.isoformat(timespec='minutes')}): "
+        f"finishes earlier than starting now on {result.placements[0].model}"
+    )
+    info["substitute_rejected"] = {"model": result.placements[0].model, "finish_at": datetime.fromtimestamp(sub_end, now.tzinfo).isoformat()}
+    return info
+
+
+def _attach_estimates(snapshot, working, waiting, running, decisions, compat_check, now, models, horizon) -> None:
+    by_id = {d.task_id: d for d in decisions}
+    # Work admitted this cycle runs from now on: treat it as running in the forecast.
+    admitted = [
+        RunningTask(d.task_id, "", 0, TaskType.GENERAL, tuple(_as_allocations(d)), now, None, False) for d in decisions if d.admit
+    ]
+    estimates = forecast_starts(snapshot, waiting, running + admitted, compat_check, now, models, horizon=horizon)
+    for item in waiting:
+        est = estimates.get(item.id)
+        if est is None:
+            continue
+        by_id[item.id].explanation["position"] = est.position
+        by_id[item.id].explanation["estimated_start"] = est.start_at.isoformat() if est.start_at else None
+        by_id[item.id].explanation["estimated_wait_s"] = est.wait_s
+
+
+def _as_allocations(decision: Decision):
+    from hetpool.scheduling.snapshot import Allocation
+
+    for p in decision.assignment.placements:
+        yield Allocation(p.node, p.pool, p.device_indices, p.device_fraction, p.cpu, p.memory_gb)
+
+
+def summarize_reasons(decisions: list[Decision]) -> Counter:
+    total: Counter = Counter()
+    for d in decisions:
+        total.update(d.assignment.reasons)
+    return total

@@ -35,6 +35,27 @@ REASON_CPU_TOTAL = "node has fewer CPU cores than requested"
 REASON_MEMORY_HOST_TOTAL = "node has less host memory than requested"
 REASON_GANG = "not enough nodes for all workers at once (gang)"
 REASON_CLASS = "device class does not match"
+REASON_SLICE_TOO_BIG = "slice larger than one device"
+REASON_EXCLUDED = "node excluded by the task"
+REASON_QUEUE_POOLS = "pool not available to the task's queue"
+REASON_TOPOLOGY = "no single node / network group / zone holds all workers"
+REASON_ISLAND = "no NVLink/HCCS island with enough free devices"
+
+
+def slice_fraction(pool: PoolView, task: TaskSpec) -> float:
+    """Share of one device each worker takes: 1.0 for whole devices, else the larger of
+    its memory share and compute share, so neither is ever oversubscribed."""
+    demand = task.per_worker.devices
+    if demand is None:
+        return 0.0
+    parts = []
+    if demand.count < 1:
+        parts.append(demand.count)
+    if demand.memory_gb:
+        parts.append(demand.memory_gb / pool.model.memory_gb if pool.model.memory_gb else float("inf"))
+    if demand.cores_percent:
+        parts.append(demand.cores_percent / 100.0)
+    return max(parts) if parts else 1.0
 
 
 @dataclass(frozen=True)
@@ -49,10 +70,13 @@ def pool_verdict(pool: PoolView, task: TaskSpec, compat_check: CompatCheck) -> P
     demand = task.per_worker.devices
     model = pool.model
     if demand is not None:
-        if demand.min_memory_gb and model.memory_gb * min(demand.count, 1.0) < demand.min_memory_gb:
+        fraction = slice_fraction(pool, task)
+        if demand.min_memory_gb and model.memory_gb * min(fraction, 1.0) < demand.min_memory_gb:
             return PoolVerdict(False, REASON_MEMORY, f"{model.name} has {model.memory_gb:g} GB, the task needs {demand.min_memory_gb:g} GB")
-        if demand.count < 1 and not pool.spec.shareable:
-            return PoolVerdict(False, REASON_FRACTION, f"pool {pool.name} is not shareable; the task asks for {demand.count:g} of a device")
+        if fraction < 1 and not pool.spec.shareable:
+            return PoolVerdict(False, REASON_FRACTION, f"pool {pool.name} is not shareable; the task asks for a slice of a device")
+        if fraction > 1 and (demand.memory_gb or demand.cores_percent):
+            return PoolVerdict(False, REASON_SLICE_TOO_BIG, f"{model.name} has {model.memory_gb:g} GB; the slice asks for {demand.memory_gb:g} GB")
     missing = sorted(set(task.features) - set(model.features))
     if missing:
         return PoolVerdict(False, REASON_FEATURES, f"{model.name} lacks {', '.join(missing)}")
@@ -77,28 +101,45 @@ def reservation_allows(reservation, task: TaskSpec) -> bool:
     return False
 
 
-def workers_fit_per_row(snap: Snapshot, rows: np.ndarray, task: TaskSpec) -> tuple[np.ndarray, list[str]]:
-    """How many workers of `task` each row can take now, and the first failing reason per row."""
+def _island_fit(snap: Snapshot, row: int, count: int) -> int:
+    """Workers of `count` whole devices that fit when each must stay within one island."""
+    islands = snap.row_islands[row]
+    free = snap.dev_free[row] >= 1.0 - 1e-9
+    return int(sum((free & (islands == i)).sum() // count for i in np.unique(islands)))
+
+
+def workers_fit_per_row(
+    snap: Snapshot, rows: np.ndarray, task: TaskSpec, fractions: np.ndarray | None = None
+) -> tuple[np.ndarray, list[str]]:
+    """How many workers of `task` each row can take now, and the first failing reason per row.
+
+    `fractions` holds, per row, the share of one device a worker takes when the task asks
+    for slices (see `slice_fraction`); None for whole devices.
+    """
     demand = task.per_worker.devices
     cpu, mem = task.per_worker.cpu, task.per_worker.memory_gb
     nodes = snap.row_node[rows]
     by_cpu = np.floor(snap.free_cpu[nodes] / cpu + 1e-9)
     by_mem = np.floor(snap.free_mem[nodes] / mem + 1e-9)
     fit = np.minimum(by_cpu, by_mem)
+    island = bool(task.topology and task.topology.device_island)
     if demand is not None:
-        if demand.count >= 1:
-            free = snap.whole_free()[rows]
-            by_dev = np.floor(free / demand.count + 1e-9)
+        if fractions is None:
+            if island:
+                by_dev = np.array([_island_fit(snap, int(r), int(demand.count)) for r in rows], dtype=np.float64)
+            else:
+                by_dev = np.floor(snap.whole_free()[rows] / demand.count + 1e-9)
         else:
-            # Fractional: each worker needs one device with `count` of it free; several
-            # workers may share one device while enough of it remains.
-            by_dev = np.array([float(np.floor(snap.dev_free[r] / demand.count + 1e-9).clip(min=0).sum()) for r in rows])
+            # Slices: several workers may share one device while enough of it remains.
+            by_dev = np.array(
+                [float(np.floor(np.clip(snap.dev_free[r], 0, None) / f + 1e-9).sum()) for r, f in zip(rows, fractions, strict=True)]
+            )
         fit = np.minimum(fit, by_dev)
     healthy = snap.node_healthy[nodes]
     fit = np.where(healthy, fit, 0).astype(np.int64)
 
     totals = snap.device_totals()[rows]
-    whole = demand is not None and demand.count >= 1
+    whole = demand is not None and fractions is None
     # The first failing check names the reason; "" where at least one worker fits.
     reasons = np.select(
         [
@@ -111,7 +152,7 @@ def workers_fit_per_row(snap: Snapshot, rows: np.ndarray, task: TaskSpec) -> tup
             by_mem < 1,
         ],
         [REASON_UNHEALTHY, REASON_CPU_TOTAL, REASON_MEMORY_HOST_TOTAL, REASON_DEVICES_TOTAL, "", REASON_CPU, REASON_MEMORY_HOST],
-        default=REASON_DEVICES,
+        default=REASON_ISLAND if island else REASON_DEVICES,
     ).tolist()
     return fit, reasons
 

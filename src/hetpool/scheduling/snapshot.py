@@ -8,6 +8,7 @@ idle, 0.0 = fully used), which covers whole-device and fractional requests alike
 
 from __future__ import annotations
 
+import copy as _copy
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -40,6 +41,46 @@ class PoolView:
     def name(self) -> str:
         return self.spec.name
 
+    @property
+    def row_array(self) -> np.ndarray:
+        cached = self.__dict__.get("_row_array")
+        if cached is None or len(cached) != len(self.rows):
+            cached = self.__dict__["_row_array"] = np.array(self.rows, dtype=np.int64)
+        return cached
+
+
+class DeviceMatrix:
+    """Free share per device for every row, held in one padded 2-D array.
+
+    `matrix[row]` is a view of that row's devices, so `take` writes straight into the
+    array, and copying a snapshot is a single numpy copy instead of one per row.
+    Padding is -2 (never free); a broken device is -1.
+    """
+
+    def __init__(self, data: np.ndarray, lengths: np.ndarray) -> None:
+        self.data = data
+        self.lengths = lengths
+
+    @classmethod
+    def from_rows(cls, rows: list[np.ndarray]) -> DeviceMatrix:
+        lengths = np.array([len(r) for r in rows], dtype=np.int64)
+        data = np.full((len(rows), int(lengths.max()) if len(rows) else 0), -2.0)
+        for i, r in enumerate(rows):
+            data[i, : len(r)] = r
+        return cls(data, lengths)
+
+    def __getitem__(self, row: int) -> np.ndarray:
+        return self.data[row, : self.lengths[row]]
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __iter__(self):
+        return (self[r] for r in range(len(self.lengths)))
+
+    def copy(self) -> DeviceMatrix:
+        return DeviceMatrix(self.data.copy(), self.lengths)
+
 
 @dataclass
 class Snapshot:
@@ -54,9 +95,10 @@ class Snapshot:
     total_mem: np.ndarray
     row_node: np.ndarray  # int per row → node index
     row_pool: np.ndarray  # int per row → pool index
-    dev_free: list[np.ndarray]  # per row: free fraction per device index
+    dev_free: DeviceMatrix  # per row: free fraction per device index
     row_free_whole: np.ndarray  # per row: idle whole devices, kept in step with dev_free by take()
     row_total: np.ndarray  # per row: devices
+    row_islands: list[np.ndarray]  # per row: NVLink / HCCS island id per device index
     pool_by_name: dict[str, int] = field(default_factory=dict)
     node_by_name: dict[str, int] = field(default_factory=dict)
 
@@ -84,39 +126,28 @@ class Snapshot:
 
     def fraction_free(self, fraction: float) -> np.ndarray:
         """Devices per row with at least `fraction` of a device free."""
-        return np.array([int((d >= fraction - 1e-9).sum()) for d in self.dev_free], dtype=np.int64)
+        return (self.dev_free.data >= fraction - 1e-9).sum(axis=1).astype(np.int64)
 
     def device_totals(self) -> np.ndarray:
         return self.row_total
 
     def copy(self) -> Snapshot:
         """A copy whose capacity arrays can be changed without touching this one."""
-        return Snapshot(
-            pools=self.pools,
-            node_names=self.node_names,
-            node_specs=self.node_specs,
-            node_zone=self.node_zone,
-            node_healthy=self.node_healthy,
-            free_cpu=self.free_cpu.copy(),
-            free_mem=self.free_mem.copy(),
-            total_cpu=self.total_cpu,
-            total_mem=self.total_mem,
-            row_node=self.row_node,
-            row_pool=self.row_pool,
-            dev_free=[d.copy() for d in self.dev_free],
-            row_free_whole=self.row_free_whole.copy(),
-            row_total=self.row_total,
-            pool_by_name=self.pool_by_name,
-            node_by_name=self.node_by_name,
-        )
+        clone = _copy.copy(self)  # shares the immutable parts (specs, names, per-row constants)
+        clone.free_cpu = self.free_cpu.copy()
+        clone.free_mem = self.free_mem.copy()
+        clone.dev_free = self.dev_free.copy()
+        clone.row_free_whole = self.row_free_whole.copy()
+        return clone
 
     def emptied(self) -> Snapshot:
         """The same inventory with nothing allocated (for "could it ever fit?")."""
         empty = self.copy()
         empty.free_cpu = self.total_cpu.copy()
         empty.free_mem = self.total_mem.copy()
-        empty.dev_free = [np.ones_like(d) for d in self.dev_free]
-        empty.row_free_whole = self.row_total.copy()
+        # Broken devices stay unusable even on an idle estate.
+        empty.dev_free = DeviceMatrix(np.where(self.dev_free.data < -0.5, self.dev_free.data, 1.0), self.dev_free.lengths)
+        empty.row_free_whole = (empty.dev_free.data >= 1.0 - 1e-9).sum(axis=1).astype(np.int64)
         return empty
 
     def row_of(self, node: str, pool: str) -> int | None:
@@ -155,6 +186,7 @@ def build_snapshot(
     models: dict[str, DeviceModelSpec],
     allocations: list[Allocation] = (),
     unhealthy_nodes: set[str] = frozenset(),
+    unhealthy_devices: dict[str, set[int]] | None = None,
 ) -> Snapshot:
     """Arrays over the inventory with `allocations` subtracted.
 
@@ -172,6 +204,8 @@ def build_snapshot(
     row_node: list[int] = []
     row_pool: list[int] = []
     dev_free: list[np.ndarray] = []
+    row_islands: list[np.ndarray] = []
+    broken = unhealthy_devices or {}
     for spec in sorted(pools, key=lambda p: p.name):
         model = models.get(spec.model)
         cluster = cluster_by_name.get(spec.cluster)
@@ -183,7 +217,8 @@ def build_snapshot(
             if n is None:
                 continue
             node = nodes[n]
-            count = next((g.count for g in node.devices if g.model == spec.model), 0)
+            group = next((g for g in node.devices if g.model == spec.model), None)
+            count = group.count if group else 0
             if count == 0 and model.device_class != "cpu":
                 continue
             # A CPU pool row exposes the node's sockets as "devices" (usually 1 or 2).
@@ -194,7 +229,15 @@ def build_snapshot(
                 view.stack = effective_stack(node, spec)
             row_node.append(n)
             row_pool.append(view.index)
-            dev_free.append(np.ones(max(count, 1 if model.device_class == "cpu" else 0), dtype=np.float64))
+            devices = np.ones(max(count, 1 if model.device_class == "cpu" else 0), dtype=np.float64)
+            for i in broken.get(node.name, ()):
+                if 0 <= i < len(devices):
+                    devices[i] = -1.0  # an abnormal device is never free
+            dev_free.append(devices)
+            islands = np.zeros(len(devices), dtype=np.int64)
+            if group and len(group.islands) == len(devices):
+                islands[:] = group.islands
+            row_islands.append(islands)
         views.append(view)
 
     snap = Snapshot(
@@ -209,9 +252,10 @@ def build_snapshot(
         total_mem=total_mem,
         row_node=np.array(row_node, dtype=np.int64),
         row_pool=np.array(row_pool, dtype=np.int64),
-        dev_free=dev_free,
-        row_free_whole=np.array([len(d) for d in dev_free], dtype=np.int64),
+        dev_free=DeviceMatrix.from_rows(dev_free),
+        row_free_whole=np.array([int((d >= 1.0).sum()) for d in dev_free], dtype=np.int64),
         row_total=np.array([len(d) for d in dev_free], dtype=np.int64),
+        row_islands=row_islands,
         pool_by_name={v.name: v.index for v in views},
         node_by_name=node_by_name,
     )

@@ -1,0 +1,89 @@
+"""Reservations for blocked queue heads, so that backfill never delays them.
+
+When the head of a queue cannot start, it gets a reservation: the nodes it would use
+once enough running work has ended, and the time that happens (from the running tasks'
+expected ends). A later, smaller task may still start now — but on reserved nodes only
+if it is expected to finish before the reserved start (backfill, as in Slurm).
+Without runtime estimates the reserved nodes are simply kept for the head, which is
+what keeps big gangs from starving behind a stream of small tasks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from hetpool.core.inventory import DeviceModelSpec
+from hetpool.core.tasks import TaskSpec
+from hetpool.scheduling.assign import Assignment, assign
+from hetpool.scheduling.estimate import runtime_on
+from hetpool.scheduling.filters import CompatCheck
+from hetpool.scheduling.running import RunningTask
+from hetpool.scheduling.snapshot import Snapshot
+
+MAX_RELEASES = 512  # bound the what-if walk; beyond this the head keeps a node reservation only
+
+
+@dataclass(frozen=True)
+class Reservation:
+    task_id: str
+    nodes: frozenset[str]
+    start_at: datetime | None  # None: unknown (running work without runtime estimates)
+
+
+def release_running(snap: Snapshot, task: RunningTask) -> None:
+    for a in task.allocations:
+        row = snap.row_of(a.node, a.pool)
+        if row is not None:
+            snap.release(row, a.device_indices, a.device_fraction, a.cpu, a.memory_gb)
+        elif a.node in snap.node_by_name:
+            n = snap.node_by_name[a.node]
+            snap.free_cpu[n] += a.cpu
+            snap.free_mem[n] += a.memory_gb
+
+
+def earliest_fit(
+    snap: Snapshot, task: TaskSpec, running: list[RunningTask], compat_check: CompatCheck, now: datetime, **assign_kwargs
+) -> tuple[datetime | None, Assignment | None]:
+    """When `task` could first start as running work ends in expected order, and where."""
+    ending = sorted((r for r in running if r.expected_end is not None), key=lambda r: r.expected_end)[:MAX_RELEASES]
+    scratch = snap.copy()
+    for r in ending:
+        release_running(scratch, r)
+        result = assign(scratch, task, compat_check, **assign_kwargs)
+        if result.feasible:
+            return max(r.expected_end, now), result
+    return None, None
+
+
+def reserve(
+    task_id: str,
+    snap: Snapshot,
+    idle: Snapshot,
+    task: TaskSpec,
+    running: list[RunningTask],
+    compat_check: CompatCheck,
+    now: datetime,
+    **assign_kwargs,
+) -> Reservation | None:
+    start, result = earliest_fit(snap, task, running, compat_check, now, **assign_kwargs)
+    if result is None:
+        result = assign(idle, task, compat_check, **assign_kwargs)
+        if not result.feasible:
+            return None
+    return Reservation(task_id, frozenset(p.node for p in result.placements), start)
+
+
+def may_use_reserved(task: TaskSpec, reservation: Reservation, now: datetime, models: dict[str, DeviceModelSpec]) -> bool:
+    """A backfill candidate may use reserved nodes only if it ends before the reserved start.
+
+    Its runtime is taken on the slowest device it could get, to stay on the safe side.
+    """
+    if reservation.start_at is None or task.runtime_estimate_s is None:
+        return False
+    demand = task.per_worker.devices
+    named = [models[m] for m in (task.candidates or (demand.models if demand else [])) if m in models]
+    if demand is not None and not named:
+        named = [m for m in models.values() if m.device_class == demand.device_class]
+    seconds = max((runtime_on(task, m) or 0.0) for m in named) if named else task.runtime_estimate_s
+    return now + timedelta(seconds=seconds) <= reservation.start_at

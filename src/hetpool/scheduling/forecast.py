@@ -1,0 +1,225 @@
+"""Estimated start times for pending tasks: a small event simulation over a scratch snapshot.
+
+The forecast replays what the scheduler would do if every runtime estimate held: running
+tasks free their capacity at their expected end, and at `now` and after each such event
+the pending tasks are walked in queue order and every one that fits starts (a later small
+task may start before an earlier big one, as in the real cycle). Tasks started in the
+forecast end after `runtime_on` their chosen model, which adds events of its own.
+
+Capacity whose end is unknown (no `expected_end`, no runtime estimate and no default) is
+never released, so whatever waits only for it gets `start_at=None`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from hetpool.core.inventory import DeviceModelSpec
+from hetpool.core.tasks import TaskSpec
+from hetpool.scheduling.assign import WorkerPlacement, assign, candidate_groups
+from hetpool.scheduling.estimate import runtime_on
+from hetpool.scheduling.filters import CompatCheck, pool_verdict
+from hetpool.scheduling.running import RunningTask
+from hetpool.scheduling.snapshot import Allocation, Snapshot
+
+if TYPE_CHECKING:  # cycle imports this module: a runtime import would be circular
+    from hetpool.scheduling.cycle import QueuedTask
+
+
+@dataclass(frozen=True)
+class StartEstimate:
+    task_id: str
+    position: int  # 1-based position in the given order
+    start_at: datetime | None  # None: cannot be estimated (blocked by unknown ends, or beyond horizon)
+    wait_s: float | None
+    pool: str | None  # where it is expected to start
+    model: str | None
+
+
+# Fields that never change where or whether a task fits: tasks equal in everything else
+# share one verdict per walk.
+_NOT_PLACEMENT = {"name", "description", "command", "env_vars", "runtime_estimate", "max_runtime"}
+
+
+class _Pending:
+    """One not-yet-started task and what is needed to decide cheaply whether to retry it."""
+
+    __slots__ = ("index", "item", "pools", "rows", "nodes", "devs", "whole", "slice", "shape", "tried")
+
+    def __init__(self, index: int, item: QueuedTask, snap: Snapshot, offsets: np.ndarray, check: CompatCheck) -> None:
+        self.index, self.item, self.tried = index, item, False
+        spec = item.spec
+        # Every pool any candidate group could use, less those assign's own pool filter
+        # rejects whatever is free: capacity freed elsewhere cannot help this task.
+        groups = {i for g in candidate_groups(snap, spec) for i in g.pools}
+        self.pools = frozenset(i for i in groups if pool_verdict(snap.pools[i], spec, check).ok)
+        self.rows = np.array([r for p in sorted(self.pools) for r in snap.pools[p].rows], dtype=np.int64)
+        self.nodes = snap.row_node[self.rows]
+        self.shape = (self.pools, spec.model_dump_json(exclude=_NOT_PLACEMENT))
+        demand = spec.per_worker.devices
+        self.whole = self.slice = None
+        self.devs = np.zeros(0, dtype=np.int64)
+        if demand is not None and demand.count >= 1 and not (demand.memory_gb or demand.cores_percent):
+            self.whole = demand.count
+        elif demand is not None:
+            # A lower bound on the share of one device a worker takes (the memory part
+            # depends on the pool's model and is left out), for a bound over devices.
+            parts = [demand.count if demand.count < 1 else 0.0, (demand.cores_percent or 0.0) / 100.0]
+            self.slice = max(parts) or None
+            self.devs = np.concatenate([np.arange(offsets[r], offsets[r + 1]) for r in self.rows]) if len(self.rows) else self.devs
+
+    def may_fit(self, snap: Snapshot, flat_free: Callable[[], np.ndarray]) -> bool:
+        """A necessary condition for `assign` to succeed, over the union of candidate rows.
+
+        It ignores health, topology, groups and per-node sharing, all of which only make
+        placement harder, so a False here is always a true "does not fit".
+        """
+        if not len(self.rows):
+            return False
+        per_worker, workers = self.item.spec.per_worker, self.item.spec.workers
+        slots = np.minimum(
+            np.floor(snap.free_cpu[self.nodes] / per_worker.cpu + 1e-9),
+            np.floor(snap.free_mem[self.nodes] / per_worker.memory_gb + 1e-9),
+        )
+        if self.whole is not None:
+            slots = np.minimum(slots, np.floor(snap.whole_free()[self.rows] / self.whole + 1e-9))
+        if np.maximum(slots, 0).sum() < workers:
+            return False
+        if self.slice is not None:
+            return np.floor(np.maximum(flat_free()[self.devs], 0) / self.slice + 1e-9).sum() >= workers
+        return True
+
+
+def _held(held: list[Allocation] | list[WorkerPlacement] | tuple[Allocation, ...]) -> tuple:
+    """What an event gives back; allocations and placements carry the same fields."""
+    return tuple((a.node, a.pool, a.device_indices, a.device_fraction, a.cpu, a.memory_gb) for a in held)
+
+
+def _release(snap: Snapshot, node: str, pool: str, indices: tuple[int, ...], fraction: float, cpu: float, memory_gb: float) -> int | None:
+    """Give capacity back; returns the node index touched (None if unknown)."""
+    row = snap.row_of(node, pool)
+    if row is not None:
+        snap.release(row, indices, fraction, cpu, memory_gb)
+        return int(snap.row_node[row])
+    n = snap.node_by_name.get(node)
+    if n is not None:  # pool gone: build_snapshot still held the node's CPU and memory
+        snap.free_cpu[n] += cpu
+        snap.free_mem[n] += memory_gb
+    return n
+
+
+def _runtime(spec: TaskSpec, placements: list[WorkerPlacement], snap: Snapshot, models: dict[str, DeviceModelSpec]) -> float | None:
+    """Gang runtime: the slowest worker's model decides when the whole task ends."""
+    runtimes = []
+    for p in placements:
+        model = models.get(p.model)
+        if model is None and p.pool in snap.pool_by_name:
+            model = snap.pools[snap.pool_by_name[p.pool]].model
+        runtimes.append(runtime_on(spec, model))
+    if not runtimes or any(r is None for r in runtimes):
+        return None
+    return max(runtimes)
+
+
+def forecast_starts(
+    snap: Snapshot,
+    ordered: list[QueuedTask],
+    running: list[RunningTask],
+    compat_check: CompatCheck,
+    now: datetime,
+    models: dict[str, DeviceModelSpec],
+    *,
+    horizon: int = 200,
+    default_runtime_s: float | None = None,
+) -> dict[str, StartEstimate]:
+    """Estimated start per task id, for `ordered` in the given (queue) order.
+
+    `snap` must already hold the allocations of `running`; it is not changed.
+    """
+    from hetpool.scheduling.cycle import memoized  # deferred: cycle imports this module
+
+    scratch = snap.copy()
+    check = memoized(compat_check)  # the same few (model, stack, framework) verdicts, many times
+    horizon = max(horizon, 0)
+    # Node → pools with a row on it: CPU and memory are per node, so a release there can
+    # help a task on any of the node's pools.
+    node_pools: dict[int, set[int]] = {}
+    for row, n in enumerate(scratch.row_node):
+        node_pools.setdefault(int(n), set()).add(int(scratch.row_pool[row]))
+
+    # Events: (time, seq, allocations to give back). seq keeps heap order total.
+    seq = itertools.count()
+    events: list[tuple[datetime, int, tuple]] = []
+    for rt in running:
+        if rt.expected_end is not None:  # unknown end: held for the whole forecast
+            events.append((max(rt.expected_end, now), next(seq), _held(rt.allocations)))
+    heapq.heapify(events)
+
+    offsets = np.concatenate([[0], np.cumsum([len(d) for d in scratch.dev_free])]).astype(np.int64)
+    pending = [_Pending(i, item, scratch, offsets, check) for i, item in enumerate(ordered[:horizon])]
+    started: dict[int, tuple[datetime, WorkerPlacement]] = {}
+
+    def walk(t: datetime, dirty: set[int]) -> None:
+        nonlocal pending
+        still: list[_Pending] = []
+        failed: set = set()  # shapes that did not fit in this walk
+        flat: list[np.ndarray] = []
+
+        def flat_free() -> np.ndarray:
+            # Free share per device, built once per walk: takes later in the walk make it
+            # stale on the generous side, which keeps may_fit a necessary condition.
+            if not flat:
+                flat.append(np.concatenate(scratch.dev_free) if scratch.dev_free else np.zeros(0))
+            return flat[0]
+
+        for p in pending:
+            # Early exits, cheapest first. Capacity only shrinks within a walk, so what
+            # failed earlier in it (the same shape) still fails; nothing it could use was
+            # freed since it last failed; a capacity bound already says no.
+            skip = p.shape in failed or (p.tried and p.pools.isdisjoint(dirty)) or not p.may_fit(scratch, flat_free)
+            p.tried = True
+            if skip or not (result := assign(scratch, p.item.spec, check)).feasible:
+                failed.add(p.shape)
+                still.append(p)
+                continue
+            for w in result.placements:
+                scratch.take(scratch.row_of(w.node, w.pool), w.device_indices, w.device_fraction, w.cpu, w.memory_gb)
+            started[p.index] = (t, result.placements[0])
+            runtime = _runtime(p.item.spec, result.placements, scratch, models)
+            if runtime is None:
+                runtime = default_runtime_s
+            if runtime is not None:  # None: never released in the forecast
+                heapq.heappush(events, (t + timedelta(seconds=runtime), next(seq), _held(result.placements)))
+        pending = still
+
+    t, first = now, True
+    while True:
+        # Release everything ending by t (past ends count as ending now), then walk.
+        dirty: set[int] = set()
+        while events and events[0][0] <= t:
+            for node, pool, indices, fraction, cpu, mem in heapq.heappop(events)[2]:
+                n = _release(scratch, node, pool, indices, fraction, cpu, mem)
+                if n is not None:
+                    dirty |= node_pools.get(n, set())
+        if dirty or first:
+            walk(t, dirty)
+        first = False
+        if not pending or not events:
+            break
+        t = events[0][0]
+
+    out: dict[str, StartEstimate] = {}
+    for i, item in enumerate(ordered):
+        if i in started:
+            at, placed = started[i]
+            out[item.id] = StartEstimate(item.id, i + 1, at, (at - now).total_seconds(), placed.pool, placed.model)
+        else:
+            out[item.id] = StartEstimate(item.id, i + 1, None, None, None, None)
+    return out

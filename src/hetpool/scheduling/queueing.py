@@ -1,0 +1,159 @@
+"""Queues and queue order: routing to named queues, priority with aging, weighted
+dominant-resource fair share between tenants, then age.
+
+Each queue keeps its own line. `QueueOrder` hands out heads one at a time: the head
+with the highest effective priority across queues; ties go to the tenant with the
+smallest weighted dominant share (devices normalised by relative performance, so an
+H800-hour counts for more than a T4-hour), then to the oldest task. Shares are updated
+as tasks are admitted within the cycle, so one tenant cannot take a whole cycle.
+Aging raises a waiting task's priority a little per hour, so nothing starves.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from hetpool.core.policy import QueueSpec
+from hetpool.core.tasks import Priority, TaskSpec
+from hetpool.core.tenancy import tenant_ancestors
+
+DEFAULT_QUEUE = QueueSpec(name="default")
+MAX_RANK = Priority.CRITICAL.rank
+
+
+def route(task: TaskSpec, queues: list[QueueSpec]) -> QueueSpec:
+    """The queue a task joins: its explicit `queue:`, else the first queue (by `order`)
+    whose task types and templates accept it, else the built-in default queue."""
+    by_name = {q.name: q for q in queues}
+    if task.queue:
+        return by_name.get(task.queue, DEFAULT_QUEUE)
+    for queue in sorted(queues, key=lambda q: (q.order, q.name)):
+        if queue.task_types and task.task_type not in queue.task_types:
+            continue
+        if queue.templates and task.template not in queue.templates:
+            continue
+        return queue
+    return DEFAULT_QUEUE
+
+
+def effective_rank(base_rank: int, queued_at: datetime, now: datetime, aging_per_hour: float) -> int:
+    """Priority rank raised by waiting time, never above critical."""
+    hours = max(0.0, (now - queued_at).total_seconds() / 3600)
+    return min(MAX_RANK, base_rank + int(hours * aging_per_hour)) if base_rank < MAX_RANK else base_rank
+
+
+class FairShare:
+    """Weighted dominant-resource shares per tenant (accelerator units, CPU, memory)."""
+
+    def __init__(self, totals: tuple[float, float, float], weight_of: Callable[[str], float]) -> None:
+        self.totals = tuple(max(t, 1e-9) for t in totals)
+        self.weight_of = weight_of
+        self.used: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+        self._shares: dict[str, float] = {}  # cached until the tenant's usage changes
+
+    def add(self, tenant: str, accel_units: float, cpu: float, memory_gb: float) -> None:
+        self._shares.pop(tenant, None)
+        used = self.used[tenant]
+        used[0] += accel_units
+        used[1] += cpu
+        used[2] += memory_gb
+
+    def share(self, tenant: str) -> float:
+        cached = self._shares.get(tenant)
+        if cached is not None:
+            return cached
+        used = self.used.get(tenant)
+        value = 0.0 if used is None else max(u / t for u, t in zip(used, self.totals, strict=True)) / self.weight_of(tenant)
+        self._shares[tenant] = value
+        return value
+
+
+def tenant_weight(weights: dict[str, float]) -> Callable[[str], float]:
+    """Weight of a tenant path: the product of the weights along its path."""
+
+    cache: dict[str, float] = {}
+
+    def weight(path: str) -> float:
+        if path in cache:
+            return cache[path]
+        product = 1.0
+        for ancestor in tenant_ancestors(path):
+            product *= weights.get(ancestor, 1.0)
+        cache[path] = product
+        return product
+
+    return weight
+
+
+@dataclass(order=True)
+class _Entry:
+    queued_at: datetime
+    id: str
+    rank: int = field(compare=False)
+    tenant: str = field(compare=False)
+    item: object = field(compare=False)
+
+
+class QueueOrder:
+    """Hands out the next task to try. `block(queue)` stops a FIFO queue for the cycle."""
+
+    def __init__(self, items: Iterable, queue_of: Callable, rank_of: Callable, tenant_of: Callable, fair: FairShare) -> None:
+        self.fair = fair
+        self.queues: dict[str, QueueSpec] = {}
+        # queue name → rank → tenant → tasks in age order
+        self.lines: dict[str, dict[int, dict[str, deque]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(deque)))
+        self.blocked: set[str] = set()
+        entries = []
+        for item in items:
+            queue = queue_of(item)
+            self.queues[queue.name] = queue
+            entries.append((queue, _Entry(item.queued_at, item.id, rank_of(item), tenant_of(item), item)))
+        for queue, entry in sorted(entries, key=lambda qe: qe[1]):
+            tenant_key = "" if queue.ordering == "fifo" else entry.tenant
+            rank = 0 if queue.ordering == "fifo" else entry.rank
+            self.lines[queue.name][rank][tenant_key].append(entry)
+
+    def block(self, queue_name: str) -> None:
+        self.blocked.add(queue_name)
+
+    def _head(self, queue_name: str) -> tuple[tuple, _Entry, dict] | None:
+        levels = self.lines[queue_name]
+        for rank in sorted(levels, reverse=True):
+            tenants = levels[rank]
+            best = None
+            for line in tenants.values():
+                if not line:
+                    continue
+                head = line[0]
+                key = (-rank, self.fair.share(head.tenant), head.queued_at, head.id)
+                if best is None or key < best[0]:
+                    best = (key, head, line)
+            if best is not None:
+                return best
+        return None
+
+    def pop(self):
+        """(queue, item) with the best head over all queues, or None when all are empty."""
+        best = None
+        for name in self.lines:
+            if name in self.blocked:
+                continue
+            head = self._head(name)
+            if head is not None and (best is None or head[0] < best[0]):
+                best = (head[0], head[1], head[2], name)
+        if best is None:
+            return None
+        _, entry, line, name = best
+        line.popleft()
+        return self.queues[name], entry.item
+
+    def remaining(self):
+        """Items not handed out (a blocked FIFO queue's tail), in queue order."""
+        for name, levels in self.lines.items():
+            for rank in sorted(levels, reverse=True):
+                for line in levels[rank].values():
+                    for entry in line:
+                        yield self.queues[name], entry.item
