@@ -40,9 +40,7 @@ class SchedulingPolicySpec(ObjectSpec):
     name: Literal["default"] = "default"
     classes: dict[DeviceClass, ClassRule] = Field(default={}, description="rules per device class; missing classes use defaults")
     aging_per_hour: float = Field(default=0.5, ge=0, le=100, description="priority-rank points gained per hour of waiting (no starvation)")
-    wait_for_preferred: bool = Field(
-        default=True, description="wait for busy preferred devices when that finishes earlier than a substitute"
-    )
+    wait_for_preferred: bool = Field(default=True, description="wait for busy preferred devices when that finishes earlier than a substitute")
     estimate_horizon: int = Field(default=200, ge=0, le=10000, description="pending tasks that get a start-time estimate each cycle")
 
     def rule(self, device_class: DeviceClass | None) -> ClassRule:

@@ -84,9 +84,7 @@ class DeviceRequest(SpecModel):
     count: float = Field(default=1, gt=0, le=64, description="whole devices; a fraction < 1 on shareable pools")
     models: list[Name] = []
     min_memory_gb: float = Field(default=0, ge=0)
-    memory_gb: float | None = Field(
-        default=None, gt=0, description="a slice of one device's memory (HAMi gpumem); shareable pools only"
-    )
+    memory_gb: float | None = Field(default=None, gt=0, description="a slice of one device's memory (HAMi gpumem); shareable pools only")
     cores_percent: float | None = Field(default=None, gt=0, le=100, description="share of one device's compute (HAMi gpucores)")
 
     @field_validator("count")
@@ -100,9 +98,7 @@ class DeviceRequest(SpecModel):
 class TopologyRequest(SpecModel):
     """Where workers and devices must sit relative to each other."""
 
-    same: Literal["none", "node", "network_group", "zone"] = Field(
-        default="none", description="all workers on one node / network group / zone"
-    )
+    same: Literal["none", "node", "network_group", "zone"] = Field(default="none", description="all workers on one node / network group / zone")
     device_island: bool = Field(default=False, description="each worker's devices within one NVLink / HCCS island")
 
 

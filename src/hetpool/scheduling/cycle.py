@@ -261,9 +261,7 @@ def _prefer_waiting(working, spec, result, running, compat_check, now, models, k
 def _attach_estimates(snapshot, working, waiting, running, decisions, compat_check, now, models, horizon) -> None:
     by_id = {d.task_id: d for d in decisions}
     # Work admitted this cycle runs from now on: treat it as running in the forecast.
-    admitted = [
-        RunningTask(d.task_id, "", 0, TaskType.GENERAL, tuple(_as_allocations(d)), now, None, False) for d in decisions if d.admit
-    ]
+    admitted = [RunningTask(d.task_id, "", 0, TaskType.GENERAL, tuple(_as_allocations(d)), now, None, False) for d in decisions if d.admit]
     estimates = forecast_starts(snapshot, waiting, running + admitted, compat_check, now, models, horizon=horizon)
     for item in waiting:
         est = estimates.get(item.id)

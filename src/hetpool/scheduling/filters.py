@@ -108,9 +108,7 @@ def _island_fit(snap: Snapshot, row: int, count: int) -> int:
     return int(sum((free & (islands == i)).sum() // count for i in np.unique(islands)))
 
 
-def workers_fit_per_row(
-    snap: Snapshot, rows: np.ndarray, task: TaskSpec, fractions: np.ndarray | None = None
-) -> tuple[np.ndarray, list[str]]:
+def workers_fit_per_row(snap: Snapshot, rows: np.ndarray, task: TaskSpec, fractions: np.ndarray | None = None) -> tuple[np.ndarray, list[str]]:
     """How many workers of `task` each row can take now, and the first failing reason per row.
 
     `fractions` holds, per row, the share of one device a worker takes when the task asks
@@ -131,9 +129,7 @@ def workers_fit_per_row(
                 by_dev = np.floor(snap.whole_free()[rows] / demand.count + 1e-9)
         else:
             # Slices: several workers may share one device while enough of it remains.
-            by_dev = np.array(
-                [float(np.floor(np.clip(snap.dev_free[r], 0, None) / f + 1e-9).sum()) for r, f in zip(rows, fractions, strict=True)]
-            )
+            by_dev = np.array([float(np.floor(np.clip(snap.dev_free[r], 0, None) / f + 1e-9).sum()) for r, f in zip(rows, fractions, strict=True)])
         fit = np.minimum(fit, by_dev)
     healthy = snap.node_healthy[nodes]
     fit = np.where(healthy, fit, 0).astype(np.int64)

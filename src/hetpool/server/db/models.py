@@ -71,6 +71,10 @@ class TaskRow(Base):
     pending_explanation: Mapped[dict | None] = mapped_column(JSON)
     placement_attempts: Mapped[list | None] = mapped_column(JSON)
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    # Set when a higher-priority task needs this one's devices; the reconciler stops the
+    # backend job and requeues the task.
+    preempt_reason: Mapped[str | None] = mapped_column(Text)
+    preemptions: Mapped[int] = mapped_column(Integer, default=0)
 
 
 class PlacementRow(Base):

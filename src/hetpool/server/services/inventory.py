@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 from hetpool.catalog.devices import DeviceCatalog
 from hetpool.core.errors import ConflictError, NotFoundError, SpecError
 from hetpool.core.inventory import ClusterSpec, DeviceClass, DeviceModelSpec, NodeSpec, PoolSpec
+from hetpool.core.policy import QueueSpec, SchedulingPolicySpec
 from hetpool.core.specs import APPLY_ORDER, SPEC_KINDS, resolve_kind, spec_to_document
 from hetpool.core.states import ACTIVE_STATES, TaskState
 from hetpool.core.tasks import TaskTemplateSpec
@@ -37,7 +38,17 @@ class Inventory:
     pools: dict[str, PoolSpec] = field(default_factory=dict)
     tenants: dict[str, TenantSpec] = field(default_factory=dict)
     templates: dict[str, TaskTemplateSpec] = field(default_factory=dict)
+    queues: dict[str, QueueSpec] = field(default_factory=dict)
+    policies: dict[str, SchedulingPolicySpec] = field(default_factory=dict)
     custom_models: dict[str, DeviceModelSpec] = field(default_factory=dict)
+
+    @property
+    def policy(self) -> SchedulingPolicySpec:
+        return self.policies.get("default") or SchedulingPolicySpec()
+
+    @property
+    def tenant_weights(self) -> dict[str, float]:
+        return {name: t.weight for name, t in self.tenants.items()}
 
     def by_kind(self, kind: str) -> dict[str, BaseModel]:
         return {
@@ -46,6 +57,8 @@ class Inventory:
             "Pool": self.pools,
             "Tenant": self.tenants,
             "TaskTemplate": self.templates,
+            "Queue": self.queues,
+            "SchedulingPolicy": self.policies,
             "DeviceModel": {m.name: m for m in self.catalog.all()},
         }[kind]
 
@@ -104,6 +117,10 @@ def _check_references(inv: Inventory, spec: BaseModel) -> list[dict[str, str]]:
                     bad(f"nodes[{i}]", f"node {node_name!r} already belongs to pool {other.name!r} for {spec.model}")
         if len(stacks) > 1:
             bad("nodes", "a pool holds identical devices with one software stack; these nodes declare different stacks")
+    elif isinstance(spec, QueueSpec):
+        for i, entry in enumerate(spec.pools):
+            if entry not in inv.pools and entry not in inv.catalog:
+                bad(f"pools[{i}]", f"unknown pool or device model {entry!r}")
     elif isinstance(spec, TenantSpec):
         if spec.parent and spec.parent not in inv.tenants:
             bad("name", f"parent tenant {spec.parent!r} does not exist; apply it first (or in the same batch)")
@@ -207,13 +224,13 @@ def _dependents(session: Session, inv: Inventory, kind: str, name: str) -> list[
     if kind == "Node":
         users = [f"Pool/{p.name}" for p in inv.pools.values() if name in p.nodes]
         return users + _active_tasks(session, PlacementRow.node == name)
-    if kind == "Pool":
-        return _active_tasks(session, PlacementRow.pool == name)
     if kind == "Tenant":
         children = [f"Tenant/{t}" for t in inv.tenants if t.startswith(name + "/")]
         return children + _unfinished_tasks(session, TaskRow.tenant == name)
     if kind == "TaskTemplate":
         return _unfinished_tasks(session, TaskRow.template == name)
+    if kind == "Pool":
+        return [f"Queue/{q.name}" for q in inv.queues.values() if name in q.pools] + _active_tasks(session, PlacementRow.pool == name)
     if kind == "DeviceModel":
         return [f"Pool/{p.name}" for p in inv.pools.values() if p.model == name] + [
             f"Node/{n.name}" for n in inv.nodes.values() if any(g.model == name for g in n.devices)

@@ -110,9 +110,14 @@ def plan_spec(ctx: ServiceContext, inv: Inventory, snap: Snapshot, spec: TaskSpe
 
 
 def plan(ctx: ServiceContext, session: Session, raw: dict) -> dict:
+    from hetpool.server.services.sched_state import plan_estimate
+
     inv = load_inventory(ctx, session)
     spec = resolve_task_spec(inv, raw)
-    body = plan_spec(ctx, inv, current_snapshot(ctx, session, inv), spec)
+    snap = current_snapshot(ctx, session, inv)
+    body = plan_spec(ctx, inv, snap, spec)
+    if body["fits_when_idle"]:
+        body.update(plan_estimate(ctx, session, inv, snap, spec))
     body["task"] = spec_to_document(spec)
     return body
 
@@ -176,7 +181,8 @@ def transition(ctx: ServiceContext, session: Session, row: TaskRow, target: Task
     if message:
         row.message = message
     stamp = _TIMESTAMP_FOR.get(target)
-    if stamp and (stamp != "started_at" or row.started_at is None):
+    # queued_at keeps a requeued (preempted) task's age; started_at keeps the first start.
+    if stamp and (stamp not in ("started_at", "queued_at") or getattr(row, stamp) is None):
         setattr(row, stamp, now)
     for key, value in fields.items():
         setattr(row, key, value)

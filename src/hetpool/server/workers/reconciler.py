@@ -21,7 +21,8 @@ _FOLLOWED = [TaskState.DISPATCHED.value, TaskState.RUNNING.value]
 def reconcile_once(ctx: ServiceContext) -> int:
     with ctx.db.transaction() as session:
         rows = session.execute(select(TaskRow).where(TaskRow.state.in_(_FOLLOWED))).scalars().all()
-        work = [(r.id, r.attempt, r.backend, r.job_id, r.cancel_requested) for r in rows]
+        # A preemption request stops the job like a cancel does, then requeues the task.
+        work = [(r.id, r.attempt, r.backend, r.job_id, r.cancel_requested or bool(r.preempt_reason)) for r in rows]
     by_backend: dict[str, list] = defaultdict(list)
     for item in work:
         by_backend[item[2]].append(item)
@@ -48,6 +49,11 @@ def _apply(ctx: ServiceContext, task_id: str, attempt: int, status: JobStatus, c
             return 0
         state = TaskState(row.state)
         if cancel_requested and (status.phase.terminal or status.phase == JobPhase.CANCELLED):
+            if row.preempt_reason and not row.cancel_requested:
+                from hetpool.server.workers.scheduler import preempt_now
+
+                preempt_now(ctx, session, row, row.preempt_reason)
+                return 1
             task_service.transition(ctx, session, row, TaskState.CANCELLED, actor=ACTOR, message="cancelled on request", exit_code=status.exit_code)
             return 1
         if status.phase == JobPhase.RUNNING and state == TaskState.DISPATCHED:

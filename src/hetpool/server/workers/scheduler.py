@@ -1,4 +1,9 @@
-"""Scheduler worker: run one cycle over queued tasks and record admissions."""
+"""Scheduler worker: run one cycle over queued tasks and record its decisions.
+
+load (queued tasks, running work, inventory, the cached snapshot) → process (the pure
+`run_cycle`, no session held) → apply (admissions, preemption requests and pending
+explanations, each guarded by the task's state).
+"""
 
 from __future__ import annotations
 
@@ -10,34 +15,45 @@ from hetpool.server.db.models import PlacementRow, TaskRow
 from hetpool.server.services import tasks as task_service
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.inventory import load_inventory
+from hetpool.server.services.sched_state import SnapshotCache, learned_runtimes, running_tasks, with_runtime
 
 ACTOR = "scheduler"
 
 
+def snapshot_cache(ctx: ServiceContext) -> SnapshotCache:
+    return ctx.__dict__.setdefault("snapshot_cache", SnapshotCache())
+
+
 def schedule_once(ctx: ServiceContext) -> CycleResult | None:
+    now = ctx.clock.now()
     # load
     with ctx.db.transaction() as session:
         rows = session.execute(select(TaskRow).where(TaskRow.state == TaskState.QUEUED.value)).scalars().all()
         if not rows:
             return None
         inv = load_inventory(ctx, session)
-        snap = task_service.current_snapshot(ctx, session, inv)
-        queue = []
+        learned = learned_runtimes(session, inv)
+        running = running_tasks(session, inv, learned, now)
+        snap = snapshot_cache(ctx).current(session, inv)
+        queue, invalid = [], []
         for row in rows:
             try:
                 spec = task_service.resolve_task_spec(inv, {k: v for k, v in row.spec.items() if k != "kind"})
-            except Exception as exc:  # inventory changed under the task (tenant/template deleted)
-                spec = None
-                with ctx.db.transaction() as inner:
-                    stale = task_service.get_row(inner, row.id)
-                    if stale.state == TaskState.QUEUED.value:
-                        task_service.transition(ctx, inner, stale, TaskState.FAILED, actor=ACTOR, message=f"spec no longer valid: {exc}")
-            if spec is not None:
-                queue.append(QueuedTask(row.id, spec, task_service.aware(row.queued_at)))
+            except Exception as exc:  # inventory changed under the task
+                invalid.append((row.id, str(exc)))
+                continue
+            queue.append(QueuedTask(row.id, with_runtime(spec, learned), task_service.aware(row.queued_at)))
         pools = {p.name: p for p in inv.pools.values()}
         clusters = inv.clusters
+        models = {m.name: m for m in inv.catalog.all()}
+        queues, policy, weights = list(inv.queues.values()), inv.policy, inv.tenant_weights
+    for task_id, error in invalid:
+        with ctx.db.transaction() as session:
+            stale = task_service.get_row(session, task_id)
+            if stale.state == TaskState.QUEUED.value:
+                task_service.transition(ctx, session, stale, TaskState.FAILED, actor=ACTOR, message=f"spec no longer valid: {error}")
     # process (pure)
-    result = run_cycle(snap, queue, ctx.compat.check, ctx.clock.now())
+    result = run_cycle(snap, queue, ctx.compat.check, now, running=running, queues=queues, policy=policy, tenant_weights=weights, models=models)
     # apply
     with ctx.db.transaction() as session:
         for decision in result.decisions:
@@ -45,9 +61,12 @@ def schedule_once(ctx: ServiceContext) -> CycleResult | None:
             if row is None or row.state != TaskState.QUEUED.value:
                 continue  # cancelled meanwhile
             attempts = [a.to_dict() for a in decision.assignment.attempts]
+            for victim_id in decision.victims:
+                _request_preemption(ctx, session, victim_id, decision.task_id, decision.preemption_reason)
             if not decision.admit:
-                if row.pending_explanation != decision.explanation:
-                    row.pending_explanation = decision.explanation
+                explanation = {**decision.explanation, "queue": decision.queue}
+                if row.pending_explanation != explanation:
+                    row.pending_explanation = explanation
                     row.placement_attempts = attempts
                 continue
             attempt = row.attempt + 1
@@ -82,5 +101,39 @@ def schedule_once(ctx: ServiceContext) -> CycleResult | None:
                 placement_attempts=attempts,
                 pending_explanation=None,
                 job_id=None,
+                preempt_reason=None,
             )
     return result
+
+
+def _request_preemption(ctx: ServiceContext, session, victim_id: str, preemptor_id: str, reason: str) -> None:
+    """Ask a running task to give its devices back. Not yet dispatched: requeue at once;
+    on a backend: the reconciler stops the job first, then requeues it."""
+    victim = task_service.get_row(session, victim_id, for_update=True)
+    state = TaskState(victim.state)
+    if victim.preempt_reason or state not in (TaskState.ADMITTED, TaskState.DISPATCHED, TaskState.RUNNING):
+        return
+    message = reason or f"preempted by {preemptor_id}"
+    if state == TaskState.ADMITTED:
+        preempt_now(ctx, session, victim, message)
+    else:
+        victim.preempt_reason = message
+        from hetpool.server.services import audit
+
+        audit.record(
+            session,
+            actor=ACTOR,
+            action="task.preempt_requested",
+            object_kind="Task",
+            object_id=victim.id,
+            after={"reason": message},
+            ts=ctx.clock.now(),
+        )
+
+
+def preempt_now(ctx: ServiceContext, session, victim: TaskRow, message: str) -> None:
+    """Record the preemption and put the task back in its queue (keeping its age)."""
+    task_service.transition(
+        ctx, session, victim, TaskState.PREEMPTED, actor=ACTOR, message=message, preemptions=victim.preemptions + 1, started_at=None
+    )
+    task_service.transition(ctx, session, victim, TaskState.QUEUED, actor=ACTOR, message=message, preempt_reason=None, job_id=None)

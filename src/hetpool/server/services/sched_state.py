@@ -1,0 +1,180 @@
+"""The scheduler's view of the database: running work, learned runtimes, queued tasks,
+and an incrementally maintained snapshot."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from hetpool.core.inventory import TaskType
+from hetpool.core.specs import parse_spec
+from hetpool.core.states import ACTIVE_STATES, TaskState
+from hetpool.core.tasks import Priority, TaskSpec
+from hetpool.scheduling.running import RunningTask
+from hetpool.scheduling.snapshot import Allocation, Snapshot, build_snapshot
+from hetpool.server.db.models import InventoryObjectRow, PlacementRow, TaskRow
+from hetpool.server.services.inventory import Inventory
+from hetpool.server.services.tasks import aware
+
+HISTORY_SAMPLES = 20
+
+
+def learned_runtimes(session: Session, inv: Inventory) -> dict[str, float]:
+    """Per template: median runtime of its recent successful runs, on the reference device.
+
+    A run on a device with relative performance p that took t seconds counts as t·p.
+    """
+    rows = session.execute(
+        select(TaskRow.template, TaskRow.task_type, TaskRow.started_at, TaskRow.finished_at, PlacementRow.model)
+        .join(PlacementRow, (PlacementRow.task_id == TaskRow.id) & (PlacementRow.attempt == TaskRow.attempt) & (PlacementRow.rank == 0))
+        .where(TaskRow.state == TaskState.SUCCEEDED.value, TaskRow.template.is_not(None), TaskRow.started_at.is_not(None))
+        .order_by(TaskRow.finished_at.desc())
+        .limit(2000)
+    ).all()
+    samples: dict[str, list[float]] = {}
+    for template, task_type, started, finished, model in rows:
+        if finished is None or len(samples.get(template, ())) >= HISTORY_SAMPLES:
+            continue
+        seconds = (aware(finished) - aware(started)).total_seconds()
+        perf = inv.catalog.get(model).perf_for(TaskType(task_type)) if model in inv.catalog else 1.0
+        samples.setdefault(template, []).append(max(seconds, 0.0) * perf)
+    return {template: statistics.median(values) for template, values in samples.items() if values}
+
+
+def with_runtime(spec: TaskSpec, learned: dict[str, float]) -> TaskSpec:
+    """The spec with a learned runtime estimate when the user gave none."""
+    if spec.runtime_estimate is None and spec.template in learned:
+        return spec.model_copy(update={"runtime_estimate": f"{max(learned[spec.template], 1.0):.0f}s"})
+    return spec
+
+
+def running_tasks(session: Session, inv: Inventory, learned: dict[str, float], now: datetime) -> list[RunningTask]:
+    rows = session.execute(select(TaskRow).where(TaskRow.state.in_([s.value for s in ACTIVE_STATES]))).scalars().all()
+    if not rows:
+        return []
+    placements: dict[str, list[PlacementRow]] = {}
+    for p in session.execute(
+        select(PlacementRow)
+        .join(TaskRow, (PlacementRow.task_id == TaskRow.id) & (PlacementRow.attempt == TaskRow.attempt))
+        .where(TaskRow.state.in_([s.value for s in ACTIVE_STATES]))
+    ).scalars():
+        placements.setdefault(p.task_id, []).append(p)
+    out = []
+    for row in rows:
+        spec = with_runtime(parse_spec(row.spec), learned)
+        mine = placements.get(row.id, [])
+        started = aware(row.started_at or row.admitted_at or now)
+        expected_end = None
+        if spec.runtime_estimate_s is not None and mine:
+            slowest = min((inv.catalog.get(p.model).perf_for(spec.task_type) if p.model in inv.catalog else 1.0) for p in mine)
+            if spec.per_worker.devices is None:
+                slowest = 1.0
+            expected_end = started + timedelta(seconds=spec.runtime_estimate_s / slowest)
+        out.append(
+            RunningTask(
+                id=row.id,
+                tenant=row.tenant,
+                priority_rank=Priority(row.priority).rank,
+                task_type=spec.task_type,
+                allocations=tuple(_allocation(p) for p in mine),
+                started_at=started,
+                expected_end=expected_end,
+                preemptible=spec.preemptible and row.preempt_reason is None,
+            )
+        )
+    return out
+
+
+def _allocation(p: PlacementRow) -> Allocation:
+    return Allocation(p.node, p.pool, tuple(p.device_indices), p.device_fraction, p.cpu, p.memory_gb)
+
+
+@dataclass
+class SnapshotCache:
+    """Keeps one snapshot between cycles and applies allocation changes to it.
+
+    The snapshot is rebuilt only when the inventory changes; otherwise the workers that
+    started or ended since the last cycle are taken or released in place.
+    """
+
+    fingerprint: tuple | None = None
+    snapshot: Snapshot | None = None
+    held: dict[tuple[str, int, int], Allocation] = field(default_factory=dict)
+    rebuilds: int = 0
+
+    def current(self, session: Session, inv: Inventory) -> Snapshot:
+        fingerprint = session.execute(select(func.count(InventoryObjectRow.id), func.max(InventoryObjectRow.updated_at))).one()
+        fingerprint = (fingerprint[0], str(fingerprint[1]), len(inv.catalog.all()))
+        active = {
+            (p.task_id, p.attempt, p.rank): _allocation(p)
+            for p in session.execute(
+                select(PlacementRow)
+                .join(TaskRow, (PlacementRow.task_id == TaskRow.id) & (PlacementRow.attempt == TaskRow.attempt))
+                .where(TaskRow.state.in_([s.value for s in ACTIVE_STATES]))
+            ).scalars()
+        }
+        if self.snapshot is None or fingerprint != self.fingerprint:
+            models = {m.name: m for m in inv.catalog.all()}
+            self.snapshot = build_snapshot(
+                list(inv.clusters.values()), list(inv.nodes.values()), list(inv.pools.values()), models, list(active.values())
+            )
+            self.fingerprint, self.held = fingerprint, active
+            self.rebuilds += 1
+            return self.snapshot
+        snap = self.snapshot
+        for key in self.held.keys() - active.keys():
+            _apply(snap, self.held[key], release=True)
+        for key in active.keys() - self.held.keys():
+            _apply(snap, active[key], release=False)
+        self.held = active
+        return snap
+
+
+def _apply(snap: Snapshot, a: Allocation, *, release: bool) -> None:
+    sign = -1.0 if release else 1.0
+    row = snap.row_of(a.node, a.pool)
+    if row is not None:
+        snap.take(row, a.device_indices, sign * a.device_fraction, sign * a.cpu, sign * a.memory_gb)
+    elif a.node in snap.node_by_name:
+        n = snap.node_by_name[a.node]
+        snap.free_cpu[n] -= sign * a.cpu
+        snap.free_mem[n] -= sign * a.memory_gb
+
+
+def plan_estimate(ctx, session: Session, inv: Inventory, snap: Snapshot, spec: TaskSpec) -> dict:
+    """Queue position and estimated start for a task that is not submitted yet.
+
+    It would join behind every queued task of its priority or higher, so the forecast
+    runs over those and then this one.
+    """
+    from hetpool.scheduling.cycle import QueuedTask
+    from hetpool.scheduling.forecast import forecast_starts
+
+    now = ctx.clock.now()
+    learned = learned_runtimes(session, inv)
+    running = running_tasks(session, inv, learned, now)
+    ahead = []
+    rank = spec.priority.rank
+    for row in session.execute(select(TaskRow).where(TaskRow.state == TaskState.QUEUED.value, TaskRow.priority_rank >= rank)).scalars():
+        try:
+            queued_spec = with_runtime(parse_spec(row.spec), learned)
+        except Exception:  # a stale spec does not block the estimate
+            continue
+        ahead.append(QueuedTask(row.id, queued_spec, aware(row.queued_at)))
+    ahead.sort(key=lambda q: (-q.spec.priority.rank, q.queued_at, q.id))
+    me = QueuedTask("(plan)", with_runtime(spec, learned), now)
+    models = {m.name: m for m in inv.catalog.all()}
+    estimates = forecast_starts(snap, [*ahead, me], running, ctx.compat.check, now, models, horizon=len(ahead) + 1)
+    mine = estimates.get("(plan)")
+    if mine is None:
+        return {"queue_position": len(ahead) + 1, "estimated_start": None, "estimated_wait_s": None}
+    return {
+        "queue_position": mine.position,
+        "estimated_start": mine.start_at.isoformat() if mine.start_at else None,
+        "estimated_wait_s": mine.wait_s,
+        "estimated_pool": mine.pool,
+    }
