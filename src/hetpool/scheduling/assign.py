@@ -18,6 +18,7 @@ from hetpool.core.inventory import TaskType
 from hetpool.core.tasks import TaskSpec
 from hetpool.scheduling.filters import (
     REASON_CLASS,
+    REASON_DEVICES,
     REASON_EXCLUDED,
     REASON_GANG,
     REASON_QUEUE_POOLS,
@@ -26,6 +27,7 @@ from hetpool.scheduling.filters import (
     class_matches,
     pool_verdict,
     slice_fraction,
+    workers_fit,
     workers_fit_per_row,
 )
 from hetpool.scheduling.snapshot import Snapshot
@@ -106,6 +108,21 @@ class _Group:
 
 
 def candidate_groups(snap: Snapshot, task: TaskSpec) -> list[_Group]:
+    """The groups for this task's device choices (memoised per snapshot: many tasks share them)."""
+    demand = task.per_worker.devices
+    key = (
+        demand.device_class if demand else None,
+        tuple(demand.models) if demand else (),
+        tuple(task.any_of),
+        tuple(task.fallback),
+    )
+    cache = snap.__dict__.setdefault("_group_cache", {})
+    if key not in cache:
+        cache[key] = _candidate_groups(snap, task)
+    return cache[key]
+
+
+def _candidate_groups(snap: Snapshot, task: TaskSpec) -> list[_Group]:
     demand = task.per_worker.devices
     device_class = demand.device_class if demand is not None else None
     groups: list[_Group] = []
@@ -140,27 +157,42 @@ def spreads(task: TaskSpec, placement: str) -> bool:
     return placement == "spread"
 
 
-def _row_scores(snap: Snapshot, rows: np.ndarray, task: TaskSpec, spread: bool) -> np.ndarray:
-    """Higher is better. Training packs, inference spreads; locality, price, performance."""
-    free = snap.whole_free()[rows].astype(np.float64)
-    total = np.maximum(snap.device_totals()[rows].astype(np.float64), 1.0)
-    score = np.zeros(len(rows))
+def _row_scores(snap: Snapshot, rows: np.ndarray, task: TaskSpec, spread: bool, subset: np.ndarray | None = None) -> np.ndarray:
+    """Higher is better. Training packs, inference spreads; locality, price, performance.
+
+    With `subset`, only those positions of `rows` are scored (normalised over all rows).
+    """
+    picked = rows if subset is None else rows[subset]
+    free = snap.whole_free()[picked].astype(np.float64)
+    total = np.maximum(snap.device_totals()[picked].astype(np.float64), 1.0)
+    score = np.zeros(len(picked))
     if task.per_worker.devices is not None:
         if spread:
             score += free / total  # emptiest nodes first: replicas land apart
         else:
             score += 1.0 - free / total  # fullest nodes first: keep whole nodes free
-        perf = snap.row_perf(task.task_type)[rows]
-        score += 0.5 * perf / max(perf.max(), 1e-9)
+        perf_all = snap.row_perf(task.task_type)
+        score += 0.5 * perf_all[picked] / max(perf_all[rows].max(), 1e-9)
     else:
         # Device-less work belongs on CPU pools; accelerators stay free for what needs them.
-        score += 2.0 * snap.row_is_cpu[rows]
+        score += 2.0 * snap.row_is_cpu[picked]
     if task.data is not None and task.data.zone:
-        score += 1.0 * (snap.node_zone_array[snap.row_node[rows]] == task.data.zone)
-    price = snap.row_price[rows]
-    if price.max() > 0:
-        score -= 0.3 * price / price.max()
+        score += 1.0 * (snap.node_zone_array[snap.row_node[picked]] == task.data.zone)
+    price_max = snap.row_price[rows].max()
+    if price_max > 0:
+        score -= 0.3 * snap.row_price[picked] / price_max
     return score
+
+
+def _rescore(base: np.ndarray, snap: Snapshot, rows: np.ndarray, changed: np.ndarray, task: TaskSpec, spread: bool) -> np.ndarray:
+    """Scores with only the `changed` rows recomputed (the rest of the estate did not move).
+
+    Normalisations (max performance, max price) are per candidate set, so recomputing a
+    subset against the whole set's maxima keeps the scores comparable.
+    """
+    out = base.copy()
+    out[changed] = _row_scores(snap, rows, task, spread, subset=changed)
+    return out
 
 
 def _pick_devices(snap: Snapshot, row: int, count: float, fraction: float | None, island: bool) -> tuple[tuple[int, ...], float]:
@@ -195,20 +227,84 @@ def _place_group(snap: Snapshot, task: TaskSpec, rows: np.ndarray, fractions: np
             snap.release(row, indices, fraction, task.per_worker.cpu, task.per_worker.memory_gb)
 
 
+def _fast_order(snap: Snapshot, task: TaskSpec, rows: np.ndarray, spread: bool) -> list[int] | None:
+    """Rows for each worker in one pass, for the common case (whole devices, one row per
+    node, no islands): pack fills the best row before the next; spread puts one worker
+    per node in score order, then goes round again. None when the gang does not fit."""
+    fit = workers_fit(snap, rows, task)
+    if int(fit.sum()) < task.workers:
+        return None
+    score = _row_scores(snap, rows, task, spread)
+    candidates = np.flatnonzero(fit > 0)
+    order = candidates[np.argsort(-score[candidates], kind="stable")]
+    chosen: list[int] = []
+    if spread:
+        remaining = fit.copy()
+        while len(chosen) < task.workers:
+            for i in order:
+                if remaining[i] > 0 and len(chosen) < task.workers:
+                    chosen.append(int(i))
+                    remaining[i] -= 1
+    else:
+        for i in order:
+            chosen.extend([int(i)] * min(int(fit[i]), task.workers - len(chosen)))
+            if len(chosen) == task.workers:
+                break
+    return chosen
+
+
 def _place_workers(
     snap: Snapshot, task: TaskSpec, rows: np.ndarray, taken: list, fractions: np.ndarray | None, spread: bool
 ) -> list[WorkerPlacement] | None:
+    island = bool(task.topology and task.topology.device_island)
+    simple = fractions is None and not island and len(np.unique(snap.row_node[rows])) == len(rows)
+    if simple:
+        order = _fast_order(snap, task, rows, spread)
+        if order is None:
+            return None
+        return [_place_one(snap, task, rank, int(rows[i]), None, taken) for rank, i in enumerate(order)]
+    return _place_one_by_one(snap, task, rows, taken, fractions, spread)
+
+
+def _place_one(snap: Snapshot, task: TaskSpec, rank: int, row: int, row_fraction: float | None, taken: list) -> WorkerPlacement:
+    demand = task.per_worker.devices
+    island = bool(task.topology and task.topology.device_island)
+    pool = snap.pools[int(snap.row_pool[row])]
+    if demand is not None:
+        indices, fraction = _pick_devices(snap, row, demand.count, row_fraction, island)
+    else:
+        indices, fraction = (), 0.0
+    snap.take(row, indices, fraction, task.per_worker.cpu, task.per_worker.memory_gb)
+    taken.append((row, indices, fraction))
+    return WorkerPlacement(
+        rank=rank,
+        node=snap.node_names[int(snap.row_node[row])],
+        pool=pool.name,
+        model=pool.model.name,
+        device_indices=indices,
+        device_fraction=fraction,
+        cpu=task.per_worker.cpu,
+        memory_gb=task.per_worker.memory_gb,
+        price_per_hour=len(indices) * fraction * pool.spec.price_per_hour,
+    )
+
+
+def _place_one_by_one(
+    snap: Snapshot, task: TaskSpec, rows: np.ndarray, taken: list, fractions: np.ndarray | None, spread: bool
+) -> list[WorkerPlacement] | None:
+    """General case (slices, islands, several pools on a node): re-check after each worker."""
     demand = task.per_worker.devices
     island = bool(task.topology and task.topology.device_island)
     placements: list[WorkerPlacement] = []
     used_nodes = np.zeros(len(snap.node_names), dtype=np.float64)
     nodes = snap.row_node[rows]
-    fit, _ = workers_fit_per_row(snap, rows, task, fractions)
+    fit = workers_fit(snap, rows, task, fractions)
+    base = _row_scores(snap, rows, task, spread)
     for rank in range(task.workers):
         ok = fit > 0
         if not ok.any():
             return None
-        score = _row_scores(snap, rows, task, spread)
+        score = base
         usage = used_nodes[nodes]
         # Spread: penalise nodes this task already uses; pack: reward them (keep workers close).
         score = score - 10.0 * usage if spread else score + 0.2 * np.minimum(usage, 1)
@@ -226,7 +322,8 @@ def _place_workers(
         used_nodes[snap.row_node[row]] += 1
         # Only rows on the node just used changed (CPU and memory are per node).
         same_node = np.flatnonzero(nodes == snap.row_node[row])
-        fit[same_node], _ = workers_fit_per_row(snap, rows[same_node], task, None if fractions is None else fractions[same_node])
+        fit[same_node] = workers_fit(snap, rows[same_node], task, None if fractions is None else fractions[same_node])
+        base = _row_scores(snap, rows, task, spread) if len(same_node) == len(rows) else _rescore(base, snap, rows, same_node, task, spread)
         devices_held = len(indices) * fraction
         placements.append(
             WorkerPlacement(
@@ -267,19 +364,26 @@ def assign(
     *,
     allowed_pools: set[str] | None = None,
     placement: str = "auto",
+    reserved_nodes: np.ndarray | None = None,
 ) -> Assignment:
     """Try each candidate group in order on `snap`; the first that fits wins.
 
     `allowed_pools` limits the pools (by pool or model name) to those of the task's
     queue; `placement` is the device class's rule (auto / pack / spread). `snap` is
-    not changed; the caller applies the placements it accepts.
+    not changed; the caller applies the placements it accepts. `reserved_nodes` (a
+    boolean mask over nodes) keeps the task off nodes held for a blocked queue head.
     """
     demand = task.per_worker.devices
     device_class = demand.device_class if demand is not None else None
     use_class = not (task.fallback or task.any_of or (demand is not None and demand.models))
     spread = spreads(task, placement)
     same = task.topology.same if task.topology else "none"
-    excluded = {snap.node_by_name[n] for n in task.exclude_nodes if n in snap.node_by_name}
+    excluded = np.zeros(len(snap.node_names), dtype=bool) if reserved_nodes is None else reserved_nodes.copy()
+    for name in task.exclude_nodes:
+        if name in snap.node_by_name:
+            excluded[snap.node_by_name[name]] = True
+    any_excluded = bool(excluded.any())
+    whole_demand = demand is not None and demand.count >= 1 and not (demand.memory_gb or demand.cores_percent)
     attempts: list[Attempt] = []
     for position, group in enumerate(candidate_groups(snap, task)):
         pools = [snap.pools[i] for i in group.pools]
@@ -305,18 +409,22 @@ def assign(
                 attempt.details.append(f"{pool.name}: {verdict.detail}")
                 continue
             pool_rows = pool.row_array
-            if excluded:
-                keep = ~np.isin(snap.row_node[pool_rows], list(excluded))
+            if whole_demand and snap.pool_free_whole[pool.index] < demand.count:
+                # A full pool: skip its rows without looking (the common case on a busy estate).
+                attempt.reasons[REASON_DEVICES] += len(pool_rows)
+                continue
+            if any_excluded:
+                keep = ~excluded[snap.row_node[pool_rows]]
                 attempt.reasons[REASON_EXCLUDED] += int((~keep).sum())
                 pool_rows = pool_rows[keep]
             row_parts.append(pool_rows)
-            fraction_parts.append(np.full(len(pool_rows), slice_fraction(pool, task)))
-        row_arr = np.concatenate(row_parts) if row_parts else np.zeros(0, dtype=np.int64)
+            fraction_parts.append((len(pool_rows), slice_fraction(pool, task)))
+        row_arr = np.concatenate(row_parts) if len(row_parts) > 1 else (row_parts[0] if row_parts else np.zeros(0, dtype=np.int64))
         if not len(row_arr):
             continue
-        all_fractions = np.concatenate(fraction_parts)
-        fractions = all_fractions if demand is not None and (all_fractions < 1).any() else None
-        fit, reasons = workers_fit_per_row(snap, row_arr, task, fractions)
+        sliced = demand is not None and any(f < 1 for _, f in fraction_parts)
+        fractions = np.concatenate([np.full(n, f) for n, f in fraction_parts]) if sliced else None
+        fit = workers_fit(snap, row_arr, task, fractions)
         attempt.workers_fit = int(fit.sum())
         if attempt.workers_fit >= task.workers:
             for part in _partitions(snap, row_arr, same):
@@ -325,9 +433,8 @@ def assign(
                 if placements is not None:
                     attempt.outcome = "fit"
                     return Assignment(feasible=True, placements=placements, fallback_used=position > 0, attempts=attempts, chosen=group.label)
-        for reason in reasons:
-            if reason:
-                attempt.reasons[reason] += 1
+        _, reasons = workers_fit_per_row(snap, row_arr, task, fractions)  # only now: the slow, explaining pass
+        attempt.reasons.update(r for r in reasons if r)
         if attempt.workers_fit >= task.workers and same != "none":
             attempt.reasons[REASON_TOPOLOGY] += 1
             attempt.details.append(f"{attempt.workers_fit} workers fit across the estate, but not within one {same.replace('_', ' ')}")

@@ -15,6 +15,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 
+import numpy as np
+
 from hetpool.core.inventory import DeviceModelSpec, TaskType
 from hetpool.core.policy import QueueSpec, SchedulingPolicySpec
 from hetpool.core.tasks import TaskSpec
@@ -153,6 +155,7 @@ def run_cycle(
     failed_shapes: dict[str, Decision] = {}
     idle_fits: dict[str, bool] = {}
     reservations: dict[str, Reservation] = {}  # per queue: its blocked head's reservation
+    reserved_masks: dict[str, np.ndarray] = {}
     evicting: set[str] = set()
     decisions: list[Decision] = []
     waiting: list[QueuedTask] = []
@@ -172,13 +175,11 @@ def run_cycle(
             decisions.append(Decision(item.id, False, cached.assignment, cached.explanation, q.name))
             waiting.append(item)
             continue
-        target = spec
-        if constrained:
-            target = spec.model_copy(update={"exclude_nodes": sorted(set(spec.exclude_nodes) | reservation.nodes)})
-        result = assign(working, target, compat_check, **kwargs)
+        target_kwargs = {**kwargs, "reserved_nodes": reserved_masks[q.name]} if constrained else kwargs
+        result = assign(working, spec, compat_check, **target_kwargs)
 
         if result.feasible and result.fallback_used and policy.wait_for_preferred and spec.ordered and spec.runtime_estimate_s:
-            waited = _prefer_waiting(working, target, result, running, compat_check, now, models, kwargs)
+            waited = _prefer_waiting(working, spec, result, running, compat_check, now, models, target_kwargs)
             if waited is not None:
                 decisions.append(Decision(item.id, False, result, waited, q.name))
                 waiting.append(item)
@@ -221,6 +222,9 @@ def run_cycle(
             held = reserve(item.id, working, idle(), spec, running, compat_check, now, **kwargs)
             if held is not None:
                 reservations[q.name] = held
+                mask = np.zeros(len(snapshot.node_names), dtype=bool)
+                mask[[snapshot.node_by_name[n] for n in held.nodes]] = True
+                reserved_masks[q.name] = mask
                 info["reservation"] = {"nodes": sorted(held.nodes), "start_at": held.start_at.isoformat() if held.start_at else None}
         else:
             failed_shapes[shape] = decision

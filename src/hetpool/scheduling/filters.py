@@ -108,6 +108,33 @@ def _island_fit(snap: Snapshot, row: int, count: int) -> int:
     return int(sum((free & (islands == i)).sum() // count for i in np.unique(islands)))
 
 
+def workers_fit(snap: Snapshot, rows: np.ndarray, task: TaskSpec, fractions: np.ndarray | None = None) -> np.ndarray:
+    """How many workers of `task` each row can take now (the hot path: no reasons)."""
+    return _fit_parts(snap, rows, task, fractions)[0]
+
+
+def _fit_parts(snap: Snapshot, rows: np.ndarray, task: TaskSpec, fractions: np.ndarray | None):
+    demand = task.per_worker.devices
+    nodes = snap.row_node[rows]
+    by_cpu = np.floor(snap.free_cpu[nodes] / task.per_worker.cpu + 1e-9)
+    by_mem = np.floor(snap.free_mem[nodes] / task.per_worker.memory_gb + 1e-9)
+    fit = np.minimum(by_cpu, by_mem)
+    if demand is not None:
+        if fractions is None:
+            if task.topology and task.topology.device_island:
+                by_dev = np.array([_island_fit(snap, int(r), int(demand.count)) for r in rows], dtype=np.float64)
+            else:
+                by_dev = np.floor(snap.whole_free()[rows] / demand.count + 1e-9)
+        else:
+            # Slices: several workers may share one device while enough of it remains.
+            free = np.clip(snap.dev_free.data[rows], 0, None)
+            by_dev = np.floor(free / fractions[:, None] + 1e-9).sum(axis=1)
+        fit = np.minimum(fit, by_dev)
+    healthy = snap.node_healthy[nodes]
+    fit = np.where(healthy, fit, 0).astype(np.int64)
+    return fit, nodes, by_cpu, by_mem, healthy
+
+
 def workers_fit_per_row(snap: Snapshot, rows: np.ndarray, task: TaskSpec, fractions: np.ndarray | None = None) -> tuple[np.ndarray, list[str]]:
     """How many workers of `task` each row can take now, and the first failing reason per row.
 
@@ -116,24 +143,8 @@ def workers_fit_per_row(snap: Snapshot, rows: np.ndarray, task: TaskSpec, fracti
     """
     demand = task.per_worker.devices
     cpu, mem = task.per_worker.cpu, task.per_worker.memory_gb
-    nodes = snap.row_node[rows]
-    by_cpu = np.floor(snap.free_cpu[nodes] / cpu + 1e-9)
-    by_mem = np.floor(snap.free_mem[nodes] / mem + 1e-9)
-    fit = np.minimum(by_cpu, by_mem)
+    fit, nodes, by_cpu, by_mem, healthy = _fit_parts(snap, rows, task, fractions)
     island = bool(task.topology and task.topology.device_island)
-    if demand is not None:
-        if fractions is None:
-            if island:
-                by_dev = np.array([_island_fit(snap, int(r), int(demand.count)) for r in rows], dtype=np.float64)
-            else:
-                by_dev = np.floor(snap.whole_free()[rows] / demand.count + 1e-9)
-        else:
-            # Slices: several workers may share one device while enough of it remains.
-            by_dev = np.array([float(np.floor(np.clip(snap.dev_free[r], 0, None) / f + 1e-9).sum()) for r, f in zip(rows, fractions, strict=True)])
-        fit = np.minimum(fit, by_dev)
-    healthy = snap.node_healthy[nodes]
-    fit = np.where(healthy, fit, 0).astype(np.int64)
-
     totals = snap.device_totals()[rows]
     whole = demand is not None and fractions is None
     # The first failing check names the reason; "" where at least one worker fits.

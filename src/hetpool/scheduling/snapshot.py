@@ -108,6 +108,10 @@ class Snapshot:
         self.row_price = np.array([p.spec.price_per_hour for p in pools], dtype=np.float64)
         self.row_is_cpu = np.array([p.model.device_class == "cpu" for p in pools], dtype=bool)
         self.node_zone_array = np.array(self.node_zone, dtype=object)
+        # Idle whole devices per pool, kept in step by take(): lets a full pool be skipped
+        # without looking at its rows.
+        self.pool_free_whole = np.bincount(self.row_pool, weights=self.row_free_whole, minlength=len(self.pools)).astype(np.int64)
+        self.row_index = {(int(n), int(p)): r for r, (n, p) in enumerate(zip(self.row_node, self.row_pool, strict=True))}
         self._perf: dict[str, np.ndarray] = {}
 
     def row_perf(self, task_type) -> np.ndarray:
@@ -138,6 +142,7 @@ class Snapshot:
         clone.free_mem = self.free_mem.copy()
         clone.dev_free = self.dev_free.copy()
         clone.row_free_whole = self.row_free_whole.copy()
+        clone.pool_free_whole = self.pool_free_whole.copy()
         return clone
 
     def emptied(self) -> Snapshot:
@@ -148,16 +153,14 @@ class Snapshot:
         # Broken devices stay unusable even on an idle estate.
         empty.dev_free = DeviceMatrix(np.where(self.dev_free.data < -0.5, self.dev_free.data, 1.0), self.dev_free.lengths)
         empty.row_free_whole = (empty.dev_free.data >= 1.0 - 1e-9).sum(axis=1).astype(np.int64)
+        empty.pool_free_whole = np.bincount(self.row_pool, weights=empty.row_free_whole, minlength=len(self.pools)).astype(np.int64)
         return empty
 
     def row_of(self, node: str, pool: str) -> int | None:
         n, p = self.node_by_name.get(node), self.pool_by_name.get(pool)
         if n is None or p is None:
             return None
-        for r in self.pools[p].rows:
-            if self.row_node[r] == n:
-                return r
-        return None
+        return self.row_index.get((n, p))
 
     def take(self, row: int, device_indices: tuple[int, ...], fraction: float, cpu: float, memory_gb: float) -> None:
         """Mark capacity as used (an admitted worker). Updates the arrays in place."""
@@ -169,7 +172,9 @@ class Snapshot:
             for i in device_indices:
                 if 0 <= i < len(devices):
                     devices[i] -= fraction
+            before = self.row_free_whole[row]
             self.row_free_whole[row] = int((devices >= 1.0 - 1e-9).sum())
+            self.pool_free_whole[self.row_pool[row]] += self.row_free_whole[row] - before
 
     def release(self, row: int, device_indices: tuple[int, ...], fraction: float, cpu: float, memory_gb: float) -> None:
         self.take(row, device_indices, -fraction, -cpu, -memory_gb)
