@@ -7,12 +7,14 @@ the tests exercise the same validation a YAML document would.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from typing import Any
 
 from hetpool.catalog.compat import CompatibilityKB
 from hetpool.catalog.devices import DeviceCatalog
-from hetpool.core.inventory import ClusterSpec, NodeSpec, PoolSpec
-from hetpool.core.tasks import TaskSpec
+from hetpool.core.inventory import ClusterSpec, NodeSpec, PoolSpec, TaskType
+from hetpool.core.tasks import Priority, TaskSpec
+from hetpool.scheduling.running import RunningTask
 from hetpool.scheduling.snapshot import Allocation, Snapshot, build_snapshot
 
 CLUSTER = "c1"
@@ -100,4 +102,49 @@ def make_snapshot(
         catalog_models(),
         list(allocations),
         unhealthy_nodes=set(unhealthy_nodes),
+    )
+
+
+def running_task(
+    task_id: str,
+    allocations: Iterable[Allocation],
+    *,
+    tenant: str = "ai-lab/nlp/p",
+    priority: str = "normal",
+    task_type: str = "training",
+    started_at: datetime | None = None,
+    expected_end: datetime | None = None,
+    preemptible: bool = True,
+) -> RunningTask:
+    """A running task holding `allocations` (pass the same allocations to the snapshot)."""
+    return RunningTask(
+        id=task_id,
+        tenant=tenant,
+        priority_rank=Priority(priority).rank,
+        task_type=TaskType(task_type),
+        allocations=tuple(allocations),
+        started_at=started_at or datetime(2026, 1, 1, tzinfo=UTC),
+        expected_end=expected_end,
+        preemptible=preemptible,
+    )
+
+
+def snapshot_with_running(
+    nodes: list[NodeSpec],
+    pools: list[PoolSpec],
+    running: Iterable[RunningTask] = (),
+    *,
+    clusters: list[ClusterSpec] | None = None,
+    unhealthy_nodes: set[str] = frozenset(),
+    unhealthy_devices: dict[str, set[int]] | None = None,
+) -> Snapshot:
+    """A snapshot holding every allocation of `running` (as the server builds it)."""
+    return build_snapshot(
+        clusters or [cluster()],
+        nodes,
+        pools,
+        catalog_models(),
+        [a for r in running for a in r.allocations],
+        unhealthy_nodes=set(unhealthy_nodes),
+        unhealthy_devices=unhealthy_devices,
     )

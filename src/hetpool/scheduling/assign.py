@@ -19,6 +19,7 @@ from hetpool.core.tasks import TaskSpec
 from hetpool.scheduling.filters import (
     REASON_CLASS,
     REASON_DEVICES,
+    REASON_DEVICES_TOTAL,
     REASON_EXCLUDED,
     REASON_GANG,
     REASON_QUEUE_POOLS,
@@ -411,7 +412,10 @@ def assign(
             pool_rows = pool.row_array
             if whole_demand and snap.pool_free_whole[pool.index] < demand.count:
                 # A full pool: skip its rows without looking (the common case on a busy estate).
-                attempt.reasons[REASON_DEVICES] += len(pool_rows)
+                too_small = int((snap.device_totals()[pool_rows] < demand.count).sum())
+                for reason, count in ((REASON_DEVICES_TOTAL, too_small), (REASON_DEVICES, len(pool_rows) - too_small)):
+                    if count:
+                        attempt.reasons[reason] += count
                 continue
             if any_excluded:
                 keep = ~excluded[snap.row_node[pool_rows]]

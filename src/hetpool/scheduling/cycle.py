@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import numpy as np
 
@@ -50,6 +50,7 @@ class Decision:
     queue: str = "default"
     victims: list[str] = field(default_factory=list)  # running tasks to evict for this task
     preemption_reason: str = ""
+    spec: TaskSpec | None = None
 
 
 @dataclass
@@ -166,16 +167,20 @@ def run_cycle(
         demand = spec.per_worker.devices
         rule = policy.rule(demand.device_class if demand else None)
         kwargs = {"allowed_pools": set(q.pools) or None, "placement": rule.placement}
-        reservation = reservations.get(q.name)
-        constrained = reservation is not None and not may_use_reserved(spec, reservation, now, models)
+        # Reservations of every queue's blocked head hold against all tasks: backfill must
+        # not delay a reserved start, whichever queue the backfilling task comes from.
+        blocking = [r for r in reservations.values() if not may_use_reserved(spec, r, now, models)]
+        constrained = bool(blocking)
         # The same shape under the same reservation fails the same way: reuse the verdict.
-        shape = shape_key(spec, q, tenant_matters) + ("|reserved" if constrained else "")
+        shape = shape_key(spec, q, tenant_matters) + "|" + ",".join(r.task_id for r in blocking)
         cached = failed_shapes.get(shape)
         if cached is not None:
-            decisions.append(Decision(item.id, False, cached.assignment, cached.explanation, q.name))
+            decisions.append(Decision(item.id, False, cached.assignment, dict(cached.explanation), q.name))
             waiting.append(item)
             continue
-        target_kwargs = {**kwargs, "reserved_nodes": reserved_masks[q.name]} if constrained else kwargs
+        target_kwargs = kwargs
+        if constrained:
+            target_kwargs = {**kwargs, "reserved_nodes": np.logical_or.reduce([reserved_masks[r.task_id] for r in blocking])}
         result = assign(working, spec, compat_check, **target_kwargs)
 
         if result.feasible and result.fallback_used and policy.wait_for_preferred and spec.ordered and spec.runtime_estimate_s:
@@ -189,7 +194,7 @@ def run_cycle(
             for p in result.placements:
                 working.take(working.row_of(p.node, p.pool), p.device_indices, p.device_fraction, p.cpu, p.memory_gb)
                 fair.add(spec.tenant, _units(working, p.pool, len(p.device_indices) * p.device_fraction), p.cpu, p.memory_gb)
-            decisions.append(Decision(item.id, True, result, explanation(result, True), q.name))
+            decisions.append(Decision(item.id, True, result, explanation(result, True), q.name, spec=spec))
             continue
 
         if shape not in idle_fits:
@@ -206,6 +211,7 @@ def run_cycle(
                 compat_check,
                 allowed=lambda r: r.id not in evicting,
                 preemptor_id=item.id,
+                **kwargs,
             )
             if plan is not None:
                 evicting.update(v.id for v in plan.victims)
@@ -224,7 +230,7 @@ def run_cycle(
                 reservations[q.name] = held
                 mask = np.zeros(len(snapshot.node_names), dtype=bool)
                 mask[[snapshot.node_by_name[n] for n in held.nodes]] = True
-                reserved_masks[q.name] = mask
+                reserved_masks[held.task_id] = mask
                 info["reservation"] = {"nodes": sorted(held.nodes), "start_at": held.start_at.isoformat() if held.start_at else None}
         else:
             failed_shapes[shape] = decision
@@ -264,9 +270,18 @@ def _prefer_waiting(working, spec, result, running, compat_check, now, models, k
 
 def _attach_estimates(snapshot, working, waiting, running, decisions, compat_check, now, models, horizon) -> None:
     by_id = {d.task_id: d for d in decisions}
-    # Work admitted this cycle runs from now on: treat it as running in the forecast.
-    admitted = [RunningTask(d.task_id, "", 0, TaskType.GENERAL, tuple(_as_allocations(d)), now, None, False) for d in decisions if d.admit]
-    estimates = forecast_starts(snapshot, waiting, running + admitted, compat_check, now, models, horizon=horizon)
+    # Work admitted this cycle already holds capacity in `working`; it runs from now on
+    # and gives its devices back after its own estimated runtime.
+    admitted = []
+    for d in decisions:
+        if not d.admit:
+            continue
+        spec = d.spec
+        model = models.get(d.assignment.placements[0].model)
+        seconds = runtime_on(spec, model) if spec is not None else None
+        end = now + timedelta(seconds=seconds) if seconds is not None else None
+        admitted.append(RunningTask(d.task_id, "", 0, TaskType.GENERAL, tuple(_as_allocations(d)), now, end, False))
+    estimates = forecast_starts(working, waiting, running + admitted, compat_check, now, models, horizon=horizon)
     for item in waiting:
         est = estimates.get(item.id)
         if est is None:

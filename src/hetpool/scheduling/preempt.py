@@ -39,6 +39,7 @@ def find_victims(
     *,
     allowed: Callable[[RunningTask], bool] = lambda r: True,
     preemptor_id: str = "",
+    **assign_kwargs,
 ) -> PreemptionPlan | None:
     """The fewest running tasks to evict so that `task` fits, or None if no set helps.
 
@@ -48,7 +49,7 @@ def find_victims(
     lost), then smallest. `snap` is not changed. If the task already fits, the plan has
     no victims (the caller can simply admit it).
     """
-    usable_nodes = _usable_nodes(snap, task, compat_check)
+    usable_nodes = _usable_nodes(snap, task, compat_check, assign_kwargs.get("allowed_pools"))
     candidates = [
         r
         for r in running
@@ -57,7 +58,7 @@ def find_victims(
     candidates.sort(key=lambda r: (r.priority_rank, -_timestamp(r.started_at), _size(r), r.id))
 
     scratch = snap.copy()
-    result = assign(scratch, task, compat_check)
+    result = assign(scratch, task, compat_check, **assign_kwargs)
     if result.feasible:
         return PreemptionPlan(victims=[], assignment=result, reason=f"{_who(task, preemptor_id)} fits without preemption")
 
@@ -66,14 +67,14 @@ def find_victims(
     everything = snap.copy()
     for victim in candidates:
         _release(everything, victim)
-    if not candidates or not assign(everything, task, compat_check).feasible:
+    if not candidates or not assign(everything, task, compat_check, **assign_kwargs).feasible:
         return None
 
     chosen: list[RunningTask] = []
     for victim in candidates:
         _release(scratch, victim)
         chosen.append(victim)
-        if assign(scratch, task, compat_check).feasible:
+        if assign(scratch, task, compat_check, **assign_kwargs).feasible:
             break
 
     # Minimise. The last victim is always needed: without it the task did not fit a
@@ -83,14 +84,14 @@ def find_victims(
     needed = [chosen[-1]]
     for victim in reversed(chosen[:-1]):
         _take(scratch, victim)
-        if not assign(scratch, task, compat_check).feasible:
+        if not assign(scratch, task, compat_check, **assign_kwargs).feasible:
             _release(scratch, victim)
             needed.append(victim)
     kept = {id(v) for v in needed}
     victims = [v for v in chosen if id(v) in kept]  # keep eviction order
 
     # `scratch` now holds exactly the final victims released; place on it for the plan.
-    final = assign(scratch, task, compat_check)
+    final = assign(scratch, task, compat_check, **assign_kwargs)
     return PreemptionPlan(victims=victims, assignment=final, reason=_reason(snap, task, task_priority_rank, victims, preemptor_id))
 
 
@@ -99,7 +100,7 @@ def victims_summary(plan: PreemptionPlan) -> dict:
     return {"victims": [v.id for v in plan.victims], "reason": plan.reason}
 
 
-def _usable_nodes(snap: Snapshot, task: TaskSpec, compat_check: CompatCheck) -> set[str]:
+def _usable_nodes(snap: Snapshot, task: TaskSpec, compat_check: CompatCheck, allowed_pools: set[str] | None = None) -> set[str]:
     """Nodes with a row in a pool the task could run on at all (capacity aside).
 
     Mirrors assign's pool-level filtering. Nodes rather than pools: CPU and host memory
@@ -115,6 +116,8 @@ def _usable_nodes(snap: Snapshot, task: TaskSpec, compat_check: CompatCheck) -> 
             pool = snap.pools[index]
             if use_class and not class_matches(pool, device_class):
                 continue
+            if allowed_pools is not None and pool.name not in allowed_pools and pool.model.name not in allowed_pools:
+                continue  # outside the task's queue: evicting there can never help
             if not pool_verdict(pool, task, compat_check).ok:
                 continue
             nodes.update(snap.node_names[int(snap.row_node[r])] for r in pool.rows)

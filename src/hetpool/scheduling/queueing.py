@@ -22,6 +22,7 @@ from hetpool.core.tenancy import tenant_ancestors
 
 DEFAULT_QUEUE = QueueSpec(name="default")
 MAX_RANK = Priority.CRITICAL.rank
+_FIFO_LEVEL = -1  # the single level holding a fifo queue's line
 
 
 def route(task: TaskSpec, queues: list[QueueSpec]) -> QueueSpec:
@@ -112,9 +113,12 @@ class QueueOrder:
             self.queues[queue.name] = queue
             entries.append((queue, _Entry(item.queued_at, item.id, rank_of(item), tenant_of(item), item)))
         for queue, entry in sorted(entries, key=lambda qe: qe[1]):
-            tenant_key = "" if queue.ordering == "fifo" else entry.tenant
-            rank = 0 if queue.ordering == "fifo" else entry.rank
-            self.lines[queue.name][rank][tenant_key].append(entry)
+            if queue.ordering == "fifo":
+                # One line in arrival order; the head still competes with other queues at
+                # its own priority (see _head).
+                self.lines[queue.name][_FIFO_LEVEL][""].append(entry)
+            else:
+                self.lines[queue.name][entry.rank][entry.tenant].append(entry)
 
     def block(self, queue_name: str) -> None:
         self.blocked.add(queue_name)
@@ -128,7 +132,8 @@ class QueueOrder:
                 if not line:
                     continue
                 head = line[0]
-                key = (-rank, self.fair.share(head.tenant), head.queued_at, head.id)
+                level = head.rank if rank == _FIFO_LEVEL else rank
+                key = (-level, self.fair.share(head.tenant), head.queued_at, head.id)
                 if best is None or key < best[0]:
                     best = (key, head, line)
             if best is not None:

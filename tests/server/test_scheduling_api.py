@@ -1,0 +1,134 @@
+"""The scheduling core through the API: preemption end to end, queues and policy objects,
+queue position and estimated start in plan, slices on shareable pools, explanations."""
+
+from __future__ import annotations
+
+from fastapi.testclient import TestClient
+
+from hetpool.server.services.context import ServiceContext
+from tests.server.helpers import drive_until, task_state
+
+A100_TASK = {
+    "tenant": "ai-lab/nlp/llm-sft",
+    "type": "training",
+    "framework": {"name": "pytorch", "version": ">=2.4"},
+    "per_worker": {"devices": {"class": "gpu", "models": ["nvidia-a100-80g"], "count": 8}, "cpu": 8, "memory_gb": 64},
+}
+
+
+def submit(api: TestClient, **fields) -> str:
+    response = api.post("/api/v1/tasks", json=fields)
+    assert response.status_code == 201, response.text
+    return response.json()["id"]
+
+
+def events(api: TestClient, task_id: str) -> list[str]:
+    return [e["action"] for e in api.get(f"/api/v1/tasks/{task_id}").json()["events"]]
+
+
+def test_high_priority_preempts_low_priority_running_work_which_is_requeued(ctx: ServiceContext, demo: TestClient) -> None:
+    low = submit(demo, **A100_TASK, name="low-sweep", workers=2, priority="low", command="echo low-start; sleep 60")
+    drive_until(ctx, lambda: task_state(demo, low) == "running")
+    high = submit(demo, **A100_TASK, name="urgent-fix", priority="high", command="echo high-done")
+    drive_until(ctx, lambda: task_state(demo, high) == "succeeded", timeout_s=30)
+    victim = demo.get(f"/api/v1/tasks/{low}").json()
+    assert "task.preempted" in events(demo, low)
+    assert "preempted by" in " ".join(e.get("after", {}).get("message", "") or "" for e in victim["events"] if e["after"])
+    # The victim went back to its queue and runs again as attempt 2 once capacity is back.
+    drive_until(ctx, lambda: demo.get(f"/api/v1/tasks/{low}").json()["attempt"] == 2 and task_state(demo, low) == "running", timeout_s=30)
+    assert demo.get(f"/api/v1/tasks/{low}").json()["job_id"] == f"hetpool-{low}-2"
+    demo.post(f"/api/v1/tasks/{low}/cancel")
+    drive_until(ctx, lambda: task_state(demo, low) == "cancelled")
+
+
+def test_policy_object_can_switch_preemption_off_for_gpus(ctx: ServiceContext, demo: TestClient) -> None:
+    policy = {"kind": "SchedulingPolicy", "name": "default", "classes": {"gpu": {"preemption": False}}}
+    assert demo.post("/api/v1/apply", json={"documents": [policy]}).status_code == 200
+    low = submit(demo, **A100_TASK, name="low-sweep", workers=2, priority="low", command="sleep 60")
+    drive_until(ctx, lambda: task_state(demo, low) == "running")
+    high = submit(demo, **A100_TASK, name="urgent", priority="high", command="true", fallback=[])
+    drive_until(ctx, lambda: (demo.get(f"/api/v1/tasks/{high}").json().get("pending") or {}).get("summary") is not None)
+    pending = demo.get(f"/api/v1/tasks/{high}").json()["pending"]
+    assert pending["summary"].startswith("waiting for capacity — 0/12 nodes available")
+    assert task_state(demo, low) == "running" and "preempting" not in pending
+    demo.post(f"/api/v1/tasks/{low}/cancel")
+    drive_until(ctx, lambda: task_state(demo, low) == "cancelled")
+
+
+def test_queue_object_restricts_pools_and_is_shown_in_the_explanation(ctx: ServiceContext, demo: TestClient) -> None:
+    queue = {"kind": "Queue", "name": "serving", "task_types": ["inference"], "pools": ["bj-h800"]}
+    assert demo.post("/api/v1/apply", json={"documents": [queue]}).status_code == 200
+    bad = demo.post("/api/v1/apply", json={"documents": [{**queue, "name": "bad", "pools": ["nope"]}]})
+    assert bad.status_code == 422 and "unknown pool or device model 'nope'" in bad.text
+    task = {
+        "tenant": "ai-lab/nlp/llm-serving",
+        "type": "inference",
+        "framework": {"name": "pytorch", "version": ">=2.4"},
+        "per_worker": {"devices": {"class": "gpu", "count": 8}, "cpu": 4, "memory_gb": 16},
+        "image": "registry.local/serve:1",
+    }
+    first = submit(demo, **task, name="serve-a", command="sleep 30")
+    drive_until(ctx, lambda: task_state(demo, first) == "running")
+    assert {p["pool"] for p in demo.get(f"/api/v1/tasks/{first}").json()["placements"]} == {"bj-h800"}
+    second = submit(demo, **task, name="serve-b", command="true")
+    drive_until(ctx, lambda: (demo.get(f"/api/v1/tasks/{second}").json().get("pending") or {}).get("queue") == "serving")
+    pending = demo.get(f"/api/v1/tasks/{second}").json()["pending"]
+    assert pending["reasons"].get("pool not available to the task's queue", 0) >= 2  # the idle A100 nodes
+    assert task_state(demo, second) == "queued"
+    demo.post(f"/api/v1/tasks/{first}/cancel")
+    drive_until(ctx, lambda: task_state(demo, second) in {"running", "succeeded"})
+
+
+def test_plan_shows_queue_position_and_estimated_start(ctx: ServiceContext, demo: TestClient) -> None:
+    h800 = {
+        "tenant": "ai-lab/nlp/llm-sft",
+        "type": "training",
+        "framework": {"name": "pytorch", "version": ">=2.5"},
+        "per_worker": {"devices": {"class": "gpu", "models": ["nvidia-h800"], "count": 8}, "cpu": 8, "memory_gb": 64},
+        "runtime_estimate": "2h",
+    }
+    running = submit(demo, **h800, name="long-train", command="sleep 60")
+    drive_until(ctx, lambda: task_state(demo, running) == "running")
+    plan = demo.post("/api/v1/tasks/plan", json={**h800, "name": "next-train", "command": "true"}).json()
+    assert plan["feasible"] is False and plan["fits_when_idle"] is True
+    assert plan["queue_position"] == 1
+    # 2h on the reference device, scaled by the H800's relative training performance.
+    from hetpool.catalog.devices import DeviceCatalog
+    from hetpool.core.inventory import TaskType
+
+    expected = 7200 / DeviceCatalog.builtin().get("nvidia-h800").perf_for(TaskType.TRAINING)
+    assert plan["estimated_start"] is not None and abs(plan["estimated_wait_s"] - expected) < 5
+    assert plan["estimated_pool"] == "bj-h800"
+    demo.post(f"/api/v1/tasks/{running}/cancel")
+    drive_until(ctx, lambda: task_state(demo, running) == "cancelled")
+
+
+def test_memory_slices_share_a_device_on_a_shareable_pool(ctx: ServiceContext, demo: TestClient) -> None:
+    slice_task = {
+        "tenant": "ai-lab/nlp/llm-serving",
+        "type": "inference",
+        "framework": {"name": "pytorch", "version": ">=2.3"},
+        "per_worker": {"devices": {"class": "npu", "models": ["ascend-310p"], "memory_gb": 10}, "cpu": 2, "memory_gb": 8},
+        "command": "sleep 20",
+    }
+    ids = [submit(demo, **slice_task, name=f"slice-{i}") for i in range(3)]
+    drive_until(ctx, lambda: all(task_state(demo, i) == "running" for i in ids))
+    placements = [demo.get(f"/api/v1/tasks/{i}").json()["placements"][0] for i in ids]
+    by_device: dict[tuple, float] = {}
+    for p in placements:
+        key = (p["node"], p["devices"][0])
+        by_device[key] = by_device.get(key, 0) + p["device_fraction"]
+    assert all(share <= 1.0 + 1e-9 for share in by_device.values())  # never oversubscribed
+    assert max(by_device.values()) > 0.8  # two 10 GB slices of a 24 GB 310P share one device
+    not_shareable = demo.post(
+        "/api/v1/tasks/plan",
+        json={
+            **slice_task,
+            "name": "x",
+            "per_worker": {**slice_task["per_worker"], "devices": {"class": "npu", "models": ["ascend-910b2"], "memory_gb": 10}},
+        },
+    ).json()
+    assert "pool does not allow fractional devices" in not_shareable["reasons"]
+    for i in ids:
+        demo.post(f"/api/v1/tasks/{i}/cancel")
+    drive_until(ctx, lambda: all(task_state(demo, i) == "cancelled" for i in ids))
