@@ -107,8 +107,11 @@ class SnapshotCache:
     rebuilds: int = 0
 
     def current(self, session: Session, inv: Inventory) -> Snapshot:
-        fingerprint = session.execute(select(func.count(InventoryObjectRow.id), func.max(InventoryObjectRow.updated_at))).one()
-        fingerprint = (fingerprint[0], str(fingerprint[1]), len(inv.catalog.all()))
+        # Any create (new max id), update (generation +1) or delete (count) changes this.
+        row = session.execute(
+            select(func.count(InventoryObjectRow.id), func.sum(InventoryObjectRow.generation), func.max(InventoryObjectRow.id))
+        ).one()
+        fingerprint = (row[0], row[1], row[2])
         active = {
             (p.task_id, p.attempt, p.rank): _allocation(p)
             for p in session.execute(
