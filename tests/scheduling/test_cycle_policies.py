@@ -624,3 +624,16 @@ def test_impossible_summary_says_so() -> None:
     decision = run_cycle(snap, [_q("w", 0, workers=3, devices=_gpus(8))], CHECK, T0).decisions[0]
     assert decision.explanation["summary"].startswith("cannot run anywhere, even on idle capacity — 0/1 nodes available: ")
     assert decision.explanation["fits_when_idle"] is False
+
+
+def test_backfill_switched_off_for_a_class_keeps_everything_behind_its_blocked_head() -> None:
+    from hetpool.core.policy import ClassRule, SchedulingPolicySpec
+
+    snap, running = _backfill_estate()
+    queue = [_gang(), _q("small", 5, devices=_gpus(1))]
+    on = _by_id(run_cycle(snap, queue, CHECK, T0, running=running))
+    assert on["small"].admit  # default: backfills onto the unreserved a0
+    off_policy = SchedulingPolicySpec(classes={"gpu": ClassRule(backfill=False)})
+    off = _by_id(run_cycle(snap, queue, CHECK, T0, running=running, policy=off_policy))
+    assert not off["small"].admit
+    assert off["small"].explanation["summary"] == "waiting behind gang: backfill is off for gpu pools"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
+from functools import cached_property
 from typing import Any, Literal
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -169,8 +170,9 @@ class TaskSpec(ObjectSpec):
             raise ValueError("per_worker.devices: memory_gb / cores_percent ask for a slice of one device; leave count at 1")
         return self
 
-    @property
+    @cached_property
     def runtime_estimate_s(self) -> float | None:
+        # Cached: the scheduler asks for it many times per cycle.
         return parse_duration(self.runtime_estimate) if self.runtime_estimate else None
 
     @property

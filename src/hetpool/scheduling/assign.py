@@ -258,7 +258,7 @@ def _place_workers(
     snap: Snapshot, task: TaskSpec, rows: np.ndarray, taken: list, fractions: np.ndarray | None, spread: bool
 ) -> list[WorkerPlacement] | None:
     island = bool(task.topology and task.topology.device_island)
-    simple = fractions is None and not island and len(np.unique(snap.row_node[rows])) == len(rows)
+    simple = fractions is None and not island and (snap.one_row_per_node or len(np.unique(snap.row_node[rows])) == len(rows))
     if simple:
         order = _fast_order(snap, task, rows, spread)
         if order is None:

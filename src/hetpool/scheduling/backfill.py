@@ -29,6 +29,7 @@ class Reservation:
     task_id: str
     nodes: frozenset[str]
     start_at: datetime | None  # None: unknown (running work without runtime estimates)
+    device_class: str | None = None  # the head's device class (for per-class backfill rules)
 
 
 def release_running(snap: Snapshot, task: RunningTask) -> None:
@@ -71,7 +72,8 @@ def reserve(
         result = assign(idle, task, compat_check, **assign_kwargs)
         if not result.feasible:
             return None
-    return Reservation(task_id, frozenset(p.node for p in result.placements), start)
+    demand = task.per_worker.devices
+    return Reservation(task_id, frozenset(p.node for p in result.placements), start, demand.device_class.value if demand else None)
 
 
 def may_use_reserved(task: TaskSpec, reservation: Reservation, now: datetime, models: dict[str, DeviceModelSpec]) -> bool:

@@ -178,6 +178,19 @@ def run_cycle(
             decisions.append(Decision(item.id, False, cached.assignment, dict(cached.explanation), q.name))
             waiting.append(item)
             continue
+        device_class = demand.device_class.value if demand else None
+        held_for_class = [r for r in reservations.values() if r.device_class == device_class]
+        if held_for_class and not rule.backfill:
+            # Backfill is off for this device class: nothing jumps a blocked head of its class.
+            info = {
+                "summary": f"waiting behind {held_for_class[0].task_id}: backfill is off for {device_class or 'cpu'} pools",
+                "fits_when_idle": True,
+                "reasons": {},
+                "attempts": [],
+            }
+            decisions.append(Decision(item.id, False, Assignment(False, [], False, []), info, q.name))
+            waiting.append(item)
+            continue
         target_kwargs = kwargs
         if constrained:
             target_kwargs = {**kwargs, "reserved_nodes": np.logical_or.reduce([reserved_masks[r.task_id] for r in blocking])}

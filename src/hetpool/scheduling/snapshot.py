@@ -111,6 +111,7 @@ class Snapshot:
         # Idle whole devices per pool, kept in step by take(): lets a full pool be skipped
         # without looking at its rows.
         self.pool_free_whole = np.bincount(self.row_pool, weights=self.row_free_whole, minlength=len(self.pools)).astype(np.int64)
+        self.one_row_per_node = len(set(self.row_node.tolist())) == len(self.row_node)
         self.row_index = {(int(n), int(p)): r for r, (n, p) in enumerate(zip(self.row_node, self.row_pool, strict=True))}
         self._perf: dict[str, np.ndarray] = {}
 
