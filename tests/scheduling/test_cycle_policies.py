@@ -637,3 +637,39 @@ def test_backfill_switched_off_for_a_class_keeps_everything_behind_its_blocked_h
     off = _by_id(run_cycle(snap, queue, CHECK, T0, running=running, policy=off_policy))
     assert not off["small"].admit
     assert off["small"].explanation["summary"] == "waiting behind gang: backfill is off for gpu pools"
+
+
+def test_a_preemptor_waits_for_victims_already_stopping_instead_of_evicting_more() -> None:
+    from dataclasses import replace
+
+    stopping = replace(running_task("stopping", [alloc("g0", "h100", range(8))], priority="low", preemptible=False), being_preempted=True)
+    other = running_task("other", [alloc("g1", "h100", range(8))], priority="low")
+    running = [stopping, other]
+    snap = _h100_nodes(["g0", "g1"], running)
+    decision = run_cycle(snap, [_high()], CHECK, T0, running=running).decisions[0]
+    assert decision.victims == []  # "other" keeps running
+    assert decision.explanation["summary"] == "waiting for 1 preempted task(s) to release their devices"
+
+
+def test_victims_on_a_class_without_preemption_are_spared() -> None:
+    from hetpool.core.inventory import DeviceClass
+
+    # A CPU-only preemptor could free CPU by evicting GPU work on the same node; the GPU
+    # class forbids preemption, so that work stays.
+    running = [running_task("gpu-work", [alloc("g0", "h100", range(8), cpu=120)], priority="low")]
+    snap = _h100_nodes(["g0"], running)
+    queue = [_q("cpu-job", 0, priority="high", per_worker={"cpu": 64, "memory_gb": 8})]
+    policy = SchedulingPolicySpec(classes={DeviceClass.GPU: ClassRule(preemption=False)})
+    allowed = run_cycle(snap, queue, CHECK, T0, running=running).decisions[0]
+    spared = run_cycle(snap, queue, CHECK, T0, running=running, policy=policy).decisions[0]
+    assert allowed.victims == ["gpu-work"]
+    assert spared.victims == []
+
+
+def test_reserved_nodes_are_reported_as_held_not_excluded() -> None:
+    snap, running = _backfill_estate()
+    queue = [_gang(), _q("small", 5, devices=_gpus(1, models=[H100]))]
+    decisions = _by_id(run_cycle(snap, queue, CHECK, T0, running=running))
+    reasons = decisions["small"].explanation["reasons"]
+    assert reasons.get("node held for a blocked queue head") == 2
+    assert "node excluded by the task" not in reasons

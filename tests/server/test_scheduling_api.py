@@ -132,3 +132,9 @@ def test_memory_slices_share_a_device_on_a_shareable_pool(ctx: ServiceContext, d
     for i in ids:
         demo.post(f"/api/v1/tasks/{i}/cancel")
     drive_until(ctx, lambda: all(task_state(demo, i) == "cancelled" for i in ids))
+
+
+def test_unknown_queue_is_rejected_at_submit(demo: TestClient) -> None:
+    response = demo.post("/api/v1/tasks", json={**A100_TASK, "name": "x", "queue": "nope", "command": "true"})
+    assert response.status_code == 422
+    assert "queue: unknown queue 'nope'; known: default" in response.json()["message"]

@@ -23,6 +23,7 @@ from hetpool.scheduling.filters import (
     REASON_EXCLUDED,
     REASON_GANG,
     REASON_QUEUE_POOLS,
+    REASON_RESERVED_NODE,
     REASON_TOPOLOGY,
     CompatCheck,
     class_matches,
@@ -379,11 +380,12 @@ def assign(
     use_class = not (task.fallback or task.any_of or (demand is not None and demand.models))
     spread = spreads(task, placement)
     same = task.topology.same if task.topology else "none"
-    excluded = np.zeros(len(snap.node_names), dtype=bool) if reserved_nodes is None else reserved_nodes.copy()
+    excluded = np.zeros(len(snap.node_names), dtype=bool)
     for name in task.exclude_nodes:
         if name in snap.node_by_name:
             excluded[snap.node_by_name[name]] = True
-    any_excluded = bool(excluded.any())
+    held = reserved_nodes if reserved_nodes is not None else np.zeros(len(snap.node_names), dtype=bool)
+    any_excluded = bool(excluded.any()) or bool(held.any())
     whole_demand = demand is not None and demand.count >= 1 and not (demand.memory_gb or demand.cores_percent)
     attempts: list[Attempt] = []
     for position, group in enumerate(candidate_groups(snap, task)):
@@ -418,9 +420,12 @@ def assign(
                         attempt.reasons[reason] += count
                 continue
             if any_excluded:
-                keep = ~excluded[snap.row_node[pool_rows]]
-                attempt.reasons[REASON_EXCLUDED] += int((~keep).sum())
-                pool_rows = pool_rows[keep]
+                row_nodes = snap.row_node[pool_rows]
+                for mask, reason in ((excluded, REASON_EXCLUDED), (held & ~excluded, REASON_RESERVED_NODE)):
+                    hits = int(mask[row_nodes].sum())
+                    if hits:
+                        attempt.reasons[reason] += hits
+                pool_rows = pool_rows[~(excluded | held)[row_nodes]]
             row_parts.append(pool_rows)
             fraction_parts.append((len(pool_rows), slice_fraction(pool, task)))
         row_arr = np.concatenate(row_parts) if len(row_parts) > 1 else (row_parts[0] if row_parts else np.zeros(0, dtype=np.int64))

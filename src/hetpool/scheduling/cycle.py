@@ -158,6 +158,7 @@ def run_cycle(
     reservations: dict[str, Reservation] = {}  # per queue: its blocked head's reservation
     reserved_masks: dict[str, np.ndarray] = {}
     evicting: set[str] = set()
+    releasing = [r for r in running if r.being_preempted]
     decisions: list[Decision] = []
     waiting: list[QueuedTask] = []
 
@@ -215,6 +216,13 @@ def run_cycle(
         info = explanation(result, idle_fits[shape], nodes=len(snapshot.node_names))
         decision = Decision(item.id, False, result, info, q.name)
         rank = spec.priority.rank
+        if idle_fits[shape] and releasing and _fits_after_release(working, spec, releasing, compat_check, target_kwargs):
+            # Devices are already being freed by earlier preemptions: wait for them rather
+            # than evicting more work.
+            info["summary"] = f"waiting for {len(releasing)} preempted task(s) to release their devices"
+            decisions.append(decision)
+            waiting.append(item)
+            continue
         if idle_fits[shape] and rule.preemption and any(r.priority_rank < rank and r.preemptible and r.id not in evicting for r in running):
             plan = find_victims(
                 working,
@@ -222,7 +230,7 @@ def run_cycle(
                 rank,
                 [r for r in running if r.id not in evicting],
                 compat_check,
-                allowed=lambda r: r.id not in evicting,
+                allowed=lambda r: r.id not in evicting and _class_allows_preemption(snapshot, policy, r),
                 preemptor_id=item.id,
                 **kwargs,
             )
@@ -258,6 +266,24 @@ def run_cycle(
     if estimate and waiting and policy.estimate_horizon:
         _attach_estimates(snapshot, working, waiting, running, decisions, compat_check, now, models, policy.estimate_horizon)
     return CycleResult(decisions=decisions, duration_s=time.perf_counter() - started, reservations=list(reservations.values()))
+
+
+def _fits_after_release(working, spec, releasing, compat_check, kwargs) -> bool:
+    from hetpool.scheduling.backfill import release_running
+
+    scratch = working.copy()
+    for r in releasing:
+        release_running(scratch, r)
+    return assign(scratch, spec, compat_check, **kwargs).feasible
+
+
+def _class_allows_preemption(snapshot: Snapshot, policy: SchedulingPolicySpec, victim: RunningTask) -> bool:
+    """A victim may be evicted only where its own devices' class allows preemption."""
+    for a in victim.allocations:
+        index = snapshot.pool_by_name.get(a.pool)
+        if index is not None and not policy.rule(snapshot.pools[index].model.device_class).preemption:
+            return False
+    return True
 
 
 def _prefer_waiting(working, spec, result, running, compat_check, now, models, kwargs) -> dict | None:

@@ -21,3 +21,4 @@ class RunningTask:
     started_at: datetime
     expected_end: datetime | None  # None: no runtime estimate
     preemptible: bool = True
+    being_preempted: bool = False  # asked to give its devices back; not gone yet

@@ -84,6 +84,7 @@ def running_tasks(session: Session, inv: Inventory, learned: dict[str, float], n
                 started_at=started,
                 expected_end=expected_end,
                 preemptible=spec.preemptible and row.preempt_reason is None,
+                being_preempted=row.preempt_reason is not None,
             )
         )
     return out

@@ -59,6 +59,9 @@ def resolve_task_spec(inv: Inventory, raw: dict[str, Any]) -> TaskSpec:
     if spec.tenant not in inv.tenants:
         known = ", ".join(sorted(inv.tenants)) or "none"
         raise SpecError(f"tenant: unknown tenant {spec.tenant!r}; known: {known}", details=[{"loc": "tenant", "msg": "unknown tenant"}])
+    if spec.queue and spec.queue != "default" and spec.queue not in inv.queues:
+        known = ", ".join(["default", *sorted(inv.queues)])
+        raise SpecError(f"queue: unknown queue {spec.queue!r}; known: {known}", details=[{"loc": "queue", "msg": f"unknown queue; known: {known}"}])
     if spec.per_worker.devices is not None:
         for i, model in enumerate(spec.per_worker.devices.models):
             if model not in inv.catalog:
@@ -181,7 +184,8 @@ def transition(ctx: ServiceContext, session: Session, row: TaskRow, target: Task
     if message:
         row.message = message
     stamp = _TIMESTAMP_FOR.get(target)
-    # queued_at keeps a requeued (preempted) task's age; started_at keeps the first start.
+    # queued_at keeps a requeued (preempted) task's age; started_at is set by the first
+    # RUNNING of an attempt (preemption clears it for the next attempt).
     if stamp and (stamp not in ("started_at", "queued_at") or getattr(row, stamp) is None):
         setattr(row, stamp, now)
     for key, value in fields.items():

@@ -48,14 +48,16 @@ def _apply(ctx: ServiceContext, task_id: str, attempt: int, status: JobStatus, c
         if row.attempt != attempt or row.state not in _FOLLOWED:
             return 0
         state = TaskState(row.state)
-        if cancel_requested and (status.phase.terminal or status.phase == JobPhase.CANCELLED):
-            if row.preempt_reason and not row.cancel_requested:
-                from hetpool.server.workers.scheduler import preempt_now
+        preempting = bool(row.preempt_reason) and not row.cancel_requested
+        if preempting and status.phase == JobPhase.CANCELLED:
+            from hetpool.server.workers.scheduler import preempt_now
 
-                preempt_now(ctx, session, row, row.preempt_reason)
-                return 1
+            preempt_now(ctx, session, row, row.preempt_reason)
+            return 1
+        if cancel_requested and not preempting and status.phase.terminal:
             task_service.transition(ctx, session, row, TaskState.CANCELLED, actor=ACTOR, message="cancelled on request", exit_code=status.exit_code)
             return 1
+        # A job that ended on its own before a preemption took effect: record what happened.
         if status.phase == JobPhase.RUNNING and state == TaskState.DISPATCHED:
             task_service.transition(ctx, session, row, TaskState.RUNNING, actor=ACTOR)
             return 1
