@@ -48,7 +48,11 @@ ACCELERATORS = [
     ("ascend-310p", 0.08, CANN_RC2),
     ("nvidia-h20", 0.08, CUDA_12_4),
 ]
-GPU_FALLBACKS = [["nvidia-h800", "nvidia-h100", "nvidia-a100-80g"], ["nvidia-a100-80g", "nvidia-a100-40g", "ascend-910b2"], ["nvidia-h20", "nvidia-l40s"]]
+GPU_FALLBACKS = [
+    ["nvidia-h800", "nvidia-h100", "nvidia-a100-80g"],
+    ["nvidia-a100-80g", "nvidia-a100-40g", "ascend-910b2"],
+    ["nvidia-h20", "nvidia-l40s"],
+]
 
 
 def inventory(n_nodes: int, cpu_share: float = 0.0):
@@ -77,7 +81,11 @@ def inventory(n_nodes: int, cpu_share: float = 0.0):
         start += count
     cpu_names = [f"cpu-{i}" for i in range(n_nodes - len(nodes))]
     for name in cpu_names:
-        nodes.append(NodeSpec.model_validate({"name": name, "cluster": "c0", "cpu_cores": 96, "memory_gb": 512, "devices": [{"model": "cpu-x86-64", "count": 2}]}))
+        nodes.append(
+            NodeSpec.model_validate(
+                {"name": name, "cluster": "c0", "cpu_cores": 96, "memory_gb": 512, "devices": [{"model": "cpu-x86-64", "count": 2}]}
+            )
+        )
     if cpu_names:
         pools.append(PoolSpec(name="pool-cpu", cluster="c0", model="cpu-x86-64", nodes=cpu_names, price_per_hour=0.5))
     return clusters, nodes, pools
@@ -112,7 +120,11 @@ def workload(n_tasks: int, rng: random.Random) -> list[QueuedTask]:
                 "per_worker": {"devices": {"class": "npu", "count": rng.choice([1, 2, 4])}, "cpu": 4, "memory_gb": 32},
             }
         elif r < 0.93:
-            doc = {"type": "training", "framework": {"name": "mindspore", "version": "2.3"}, "per_worker": {"devices": {"class": "npu", "count": 8}, "cpu": 16, "memory_gb": 128}}
+            doc = {
+                "type": "training",
+                "framework": {"name": "mindspore", "version": "2.3"},
+                "per_worker": {"devices": {"class": "npu", "count": 8}, "cpu": 16, "memory_gb": 128},
+            }
         else:
             doc = {"type": "preprocessing", "per_worker": {"cpu": 16, "memory_gb": 64}}
         doc.update(name=f"t{i}", tenant=f"org{i % 3}/team{i % 11}", priority=rng.choice(["low", "normal", "normal", "normal", "high"]))

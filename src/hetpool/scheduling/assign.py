@@ -214,30 +214,39 @@ def _pick_devices(snap: Snapshot, row: int, count: float, fraction: float | None
     return (int(best),), float(fraction)
 
 
-def _place_group(snap: Snapshot, task: TaskSpec, rows: np.ndarray, fractions: np.ndarray | None, spread: bool) -> list[WorkerPlacement] | None:
+def _place_group(
+    snap: Snapshot, task: TaskSpec, rows: np.ndarray, fractions: np.ndarray | None, spread: bool, fit: np.ndarray, commit: bool = False
+) -> list[WorkerPlacement] | None:
     """Place all workers on `rows`, or None (gang: all or nothing).
 
     Workers are placed one by one on `snap` so that later workers see what earlier ones
-    took, then every take is undone: `snap` is unchanged on return (an undo log is far
-    cheaper than copying the snapshot for each attempt).
+    took, then every take is undone — `snap` is unchanged on return (an undo log is far
+    cheaper than copying the snapshot for each attempt) — unless `commit` asks to keep a
+    successful placement.
     """
     taken: list[tuple[int, tuple[int, ...], float]] = []
+    placements = None
     try:
-        return _place_workers(snap, task, rows, taken, fractions, spread)
+        placements = _place_workers(snap, task, rows, taken, fractions, spread, fit)
+        return placements
     finally:
-        for row, indices, fraction in reversed(taken):
-            snap.release(row, indices, fraction, task.per_worker.cpu, task.per_worker.memory_gb)
+        if not (commit and placements is not None):
+            for row, indices, fraction in reversed(taken):
+                snap.release(row, indices, fraction, task.per_worker.cpu, task.per_worker.memory_gb)
 
 
-def _fast_order(snap: Snapshot, task: TaskSpec, rows: np.ndarray, spread: bool) -> list[int] | None:
+def _fast_order(snap: Snapshot, task: TaskSpec, rows: np.ndarray, spread: bool, fit: np.ndarray) -> list[int] | None:
     """Rows for each worker in one pass, for the common case (whole devices, one row per
     node, no islands): pack fills the best row before the next; spread puts one worker
     per node in score order, then goes round again. None when the gang does not fit."""
-    fit = workers_fit(snap, rows, task)
     if int(fit.sum()) < task.workers:
         return None
     score = _row_scores(snap, rows, task, spread)
     candidates = np.flatnonzero(fit > 0)
+    if len(candidates) > 4 * task.workers:
+        # Only the best few rows can be used: partial selection, then sort just those.
+        top = np.argpartition(-score[candidates], 4 * task.workers)[: 4 * task.workers]
+        candidates = candidates[top]
     order = candidates[np.argsort(-score[candidates], kind="stable")]
     chosen: list[int] = []
     if spread:
@@ -256,12 +265,12 @@ def _fast_order(snap: Snapshot, task: TaskSpec, rows: np.ndarray, spread: bool) 
 
 
 def _place_workers(
-    snap: Snapshot, task: TaskSpec, rows: np.ndarray, taken: list, fractions: np.ndarray | None, spread: bool
+    snap: Snapshot, task: TaskSpec, rows: np.ndarray, taken: list, fractions: np.ndarray | None, spread: bool, fit: np.ndarray
 ) -> list[WorkerPlacement] | None:
     island = bool(task.topology and task.topology.device_island)
     simple = fractions is None and not island and (snap.one_row_per_node or len(np.unique(snap.row_node[rows])) == len(rows))
     if simple:
-        order = _fast_order(snap, task, rows, spread)
+        order = _fast_order(snap, task, rows, spread, fit)
         if order is None:
             return None
         return [_place_one(snap, task, rank, int(rows[i]), None, taken) for rank, i in enumerate(order)]
@@ -367,6 +376,7 @@ def assign(
     allowed_pools: set[str] | None = None,
     placement: str = "auto",
     reserved_nodes: np.ndarray | None = None,
+    commit: bool = False,
 ) -> Assignment:
     """Try each candidate group in order on `snap`; the first that fits wins.
 
@@ -374,6 +384,8 @@ def assign(
     queue; `placement` is the device class's rule (auto / pack / spread). `snap` is
     not changed; the caller applies the placements it accepts. `reserved_nodes` (a
     boolean mask over nodes) keeps the task off nodes held for a blocked queue head.
+    With `commit`, a successful placement stays taken on `snap` (the cycle's working
+    snapshot), saving the caller from taking it again.
     """
     demand = task.per_worker.devices
     device_class = demand.device_class if demand is not None else None
@@ -437,8 +449,13 @@ def assign(
         attempt.workers_fit = int(fit.sum())
         if attempt.workers_fit >= task.workers:
             for part in _partitions(snap, row_arr, same):
-                part_fractions = None if fractions is None else fractions[np.isin(row_arr, part)]
-                placements = _place_group(snap, task, part, part_fractions, spread)
+                if same == "none":
+                    part_fractions, part_fit = fractions, fit
+                else:
+                    selected = np.isin(row_arr, part)
+                    part_fractions = None if fractions is None else fractions[selected]
+                    part_fit = fit[selected]
+                placements = _place_group(snap, task, part, part_fractions, spread, part_fit, commit)
                 if placements is not None:
                     attempt.outcome = "fit"
                     return Assignment(feasible=True, placements=placements, fallback_used=position > 0, attempts=attempts, chosen=group.label)

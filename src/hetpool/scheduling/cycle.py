@@ -195,18 +195,22 @@ def run_cycle(
         target_kwargs = kwargs
         if constrained:
             target_kwargs = {**kwargs, "reserved_nodes": np.logical_or.reduce([reserved_masks[r.task_id] for r in blocking])}
-        result = assign(working, spec, compat_check, **target_kwargs)
+        # commit: a successful placement stays taken on `working`; undone below if the task
+        # decides to wait for its preferred devices instead.
+        result = assign(working, spec, compat_check, commit=True, **target_kwargs)
 
         if result.feasible and result.fallback_used and policy.wait_for_preferred and spec.ordered and spec.runtime_estimate_s:
+            _release(working, spec, result)
             waited = _prefer_waiting(working, spec, result, running, compat_check, now, models, target_kwargs)
-            if waited is not None:
+            if waited is None:
+                _take(working, spec, result)
+            else:
                 decisions.append(Decision(item.id, False, result, waited, q.name))
                 waiting.append(item)
                 continue
 
         if result.feasible:
             for p in result.placements:
-                working.take(working.row_of(p.node, p.pool), p.device_indices, p.device_fraction, p.cpu, p.memory_gb)
                 fair.add(spec.tenant, _units(working, p.pool, len(p.device_indices) * p.device_fraction), p.cpu, p.memory_gb)
             decisions.append(Decision(item.id, True, result, explanation(result, True), q.name, spec=spec))
             continue
@@ -266,6 +270,16 @@ def run_cycle(
     if estimate and waiting and policy.estimate_horizon:
         _attach_estimates(snapshot, working, waiting, running, decisions, compat_check, now, models, policy.estimate_horizon)
     return CycleResult(decisions=decisions, duration_s=time.perf_counter() - started, reservations=list(reservations.values()))
+
+
+def _take(snap: Snapshot, spec: TaskSpec, result: Assignment) -> None:
+    for p in result.placements:
+        snap.take(snap.row_of(p.node, p.pool), p.device_indices, p.device_fraction, p.cpu, p.memory_gb)
+
+
+def _release(snap: Snapshot, spec: TaskSpec, result: Assignment) -> None:
+    for p in result.placements:
+        snap.release(snap.row_of(p.node, p.pool), p.device_indices, p.device_fraction, p.cpu, p.memory_gb)
 
 
 def _fits_after_release(working, spec, releasing, compat_check, kwargs) -> bool:
