@@ -19,7 +19,6 @@ import json
 import platform
 import random
 import resource
-import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 

@@ -175,6 +175,13 @@ class TaskSpec(ObjectSpec):
         # Cached: the scheduler asks for it many times per cycle.
         return parse_duration(self.runtime_estimate) if self.runtime_estimate else None
 
+    @cached_property
+    def placement_shape(self) -> str:
+        """Everything that decides where this task can go, as one string (name, command,
+        tenant, runtime and other run-time details left out). Equal shapes fit or fail together."""
+        exclude = {"name", "tenant", "command", "env_vars", "labels", "description", "max_runtime", "template", "image", "kind", "runtime_estimate", "data"}
+        return f"{bool(self.image)}|{self.model_dump_json(exclude=exclude)}"
+
     @property
     def candidates(self) -> list[str]:
         return self.fallback or self.any_of

@@ -81,16 +81,11 @@ def memoized(compat_check: CompatCheck) -> CompatCheck:
     return check
 
 
-# Fields that never change whether a task fits (runtime only matters for backfill, which
-# is keyed separately; data location only moves the score).
-_SHAPE_EXCLUDE = {"name", "command", "env_vars", "labels", "description", "max_runtime", "template", "image", "kind", "runtime_estimate", "data"}
-
-
 def shape_key(spec: TaskSpec, queue: QueueSpec, tenant_matters: bool) -> str:
     """What decides where a task can go. Capacity only shrinks within a cycle, so once a
-    shape fails, every later task of the same shape fails too — and is skipped cheaply."""
-    body = spec.model_dump_json(exclude=_SHAPE_EXCLUDE | (set() if tenant_matters else {"tenant"}))
-    return f"{queue.name}|{bool(spec.image)}|{body}"
+    shape fails, every later task of the same shape fails too — and is skipped cheaply.
+    The tenant counts only where pools are reserved for tenants."""
+    return f"{queue.name}|{spec.tenant if tenant_matters else ''}|{spec.placement_shape}"
 
 
 def queue_order(queue: list[QueuedTask]) -> list[QueuedTask]:

@@ -11,6 +11,7 @@ Aging raises a waiting task's priority a little per hour, so nothing starves.
 
 from __future__ import annotations
 
+import heapq
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -54,9 +55,15 @@ class FairShare:
         self.weight_of = weight_of
         self.used: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
         self._shares: dict[str, float] = {}  # cached until the tenant's usage changes
+        self._versions: dict[str, int] = defaultdict(int)
+
+    def version(self, tenant: str) -> int:
+        """Changes whenever the tenant's usage does (for callers that cache shares)."""
+        return self._versions[tenant]
 
     def add(self, tenant: str, accel_units: float, cpu: float, memory_gb: float) -> None:
         self._shares.pop(tenant, None)
+        self._versions[tenant] += 1
         used = self.used[tenant]
         used[0] += accel_units
         used[1] += cpu
@@ -99,13 +106,20 @@ class _Entry:
 
 
 class QueueOrder:
-    """Hands out the next task to try. `block(queue)` stops a FIFO queue for the cycle."""
+    """Hands out the next task to try. `block(queue)` stops a FIFO queue for the cycle.
+
+    Per queue and priority level, the tenants' line heads sit in a heap ordered by (fair
+    share, age). Shares only grow within a cycle, so a heap entry can only be stale on
+    the low side: when the top's tenant has changed since it was pushed, it is re-pushed
+    with the current share and the heap looked at again (lazy invalidation).
+    """
 
     def __init__(self, items: Iterable, queue_of: Callable, rank_of: Callable, tenant_of: Callable, fair: FairShare) -> None:
         self.fair = fair
         self.queues: dict[str, QueueSpec] = {}
-        # queue name → rank → tenant → tasks in age order
+        # queue name → level → tenant → tasks in age order
         self.lines: dict[str, dict[int, dict[str, deque]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(deque)))
+        self.heaps: dict[tuple[str, int], list] = defaultdict(list)
         self.blocked: set[str] = set()
         entries = []
         for item in items:
@@ -119,25 +133,34 @@ class QueueOrder:
                 self.lines[queue.name][_FIFO_LEVEL][""].append(entry)
             else:
                 self.lines[queue.name][entry.rank][entry.tenant].append(entry)
+        for name, levels in self.lines.items():
+            for level, tenants in levels.items():
+                for tenant in tenants:
+                    self._push(name, level, tenant)
+        self.levels = {name: sorted(levels, reverse=True) for name, levels in self.lines.items()}
+
+    def _push(self, name: str, level: int, tenant: str) -> None:
+        line = self.lines[name][level][tenant]
+        if line:
+            head = line[0]
+            entry = (self.fair.share(head.tenant), head.queued_at, head.id, tenant, self.fair.version(head.tenant))
+            heapq.heappush(self.heaps[(name, level)], entry)
 
     def block(self, queue_name: str) -> None:
         self.blocked.add(queue_name)
 
-    def _head(self, queue_name: str) -> tuple[tuple, _Entry, dict] | None:
-        levels = self.lines[queue_name]
-        for rank in sorted(levels, reverse=True):
-            tenants = levels[rank]
-            best = None
-            for line in tenants.values():
-                if not line:
+    def _head(self, queue_name: str):
+        for level in self.levels[queue_name]:
+            heap = self.heaps[(queue_name, level)]
+            while heap:
+                share, queued_at, task_id, tenant, version = heap[0]
+                head = self.lines[queue_name][level][tenant][0]
+                if version != self.fair.version(head.tenant):
+                    heapq.heappop(heap)  # stale share: re-file under the current one
+                    self._push(queue_name, level, tenant)
                     continue
-                head = line[0]
-                level = head.rank if rank == _FIFO_LEVEL else rank
-                key = (-level, self.fair.share(head.tenant), head.queued_at, head.id)
-                if best is None or key < best[0]:
-                    best = (key, head, line)
-            if best is not None:
-                return best
+                rank = head.rank if level == _FIFO_LEVEL else level
+                return (-rank, share, queued_at, task_id), level, tenant
         return None
 
     def pop(self):
@@ -148,11 +171,13 @@ class QueueOrder:
                 continue
             head = self._head(name)
             if head is not None and (best is None or head[0] < best[0]):
-                best = (head[0], head[1], head[2], name)
+                best = (*head, name)
         if best is None:
             return None
-        _, entry, line, name = best
-        line.popleft()
+        _, level, tenant, name = best
+        heapq.heappop(self.heaps[(name, level)])
+        entry = self.lines[name][level][tenant].popleft()
+        self._push(name, level, tenant)
         return self.queues[name], entry.item
 
     def remaining(self):
