@@ -98,3 +98,36 @@ def test_runtime_is_learned_per_template_and_sets_expected_ends(ctx: ServiceCont
     assert abs((current.expected_end - current.started_at).total_seconds() - 1200.0) < 1
     demo.post(f"/api/v1/tasks/{running_id}/cancel")
     drive_until(ctx, lambda: task_state(demo, running_id) == "cancelled")
+
+
+def test_measured_history_overrides_relative_performance(ctx: ServiceContext, demo: TestClient) -> None:
+    from hetpool.catalog.devices import DeviceCatalog
+    from hetpool.core.inventory import TaskType
+    from hetpool.server.services.sched_state import apply_measured, measured_performance
+
+    base = {**example_task("batch-inference.yaml"), "any_of": []}
+    runs = {"ascend-910b2": 10, "ascend-310p": 30}  # minutes per run, 3 runs each
+    ids = {}
+    for model, minutes in runs.items():
+        for i in range(3):
+            task = {
+                **base,
+                "name": f"b-{model}-{i}",
+                "per_worker": {**base["per_worker"], "devices": {"class": "npu", "models": [model], "count": 1}},
+            }
+            ids[demo.post("/api/v1/tasks", json=task).json()["id"]] = minutes
+    drive_until(ctx, lambda: all(task_state(demo, i) == "succeeded" for i in ids))
+    start = ctx.clock.now()
+    with ctx.db.transaction() as session:
+        for task_id, minutes in ids.items():
+            session.execute(update(TaskRow).where(TaskRow.id == task_id).values(started_at=start, finished_at=start + timedelta(minutes=minutes)))
+    with ctx.db.transaction() as session:
+        inv = load_inventory(ctx, session)
+        measured = measured_performance(session, inv)
+        anchor = DeviceCatalog.builtin().get("ascend-910b2").perf_for(TaskType.BATCH_INFERENCE)
+        assert measured["ascend-910b2"] == {TaskType.BATCH_INFERENCE: round(anchor, 4)}
+        assert measured["ascend-310p"] == {TaskType.BATCH_INFERENCE: round(anchor / 3, 4)}
+        inv = apply_measured(inv, measured)
+        assert inv.catalog.get("ascend-310p").perf_for(TaskType.BATCH_INFERENCE) == round(anchor / 3, 4)
+        # Other task types keep the catalog's figure.
+        assert inv.catalog.get("ascend-310p").perf_for(TaskType.INFERENCE) == DeviceCatalog.builtin().get("ascend-310p").perf_for(TaskType.INFERENCE)

@@ -179,7 +179,20 @@ class TaskSpec(ObjectSpec):
     def placement_shape(self) -> str:
         """Everything that decides where this task can go, as one string (name, command,
         tenant, runtime and other run-time details left out). Equal shapes fit or fail together."""
-        exclude = {"name", "tenant", "command", "env_vars", "labels", "description", "max_runtime", "template", "image", "kind", "runtime_estimate", "data"}
+        exclude = {
+            "name",
+            "tenant",
+            "command",
+            "env_vars",
+            "labels",
+            "description",
+            "max_runtime",
+            "template",
+            "image",
+            "kind",
+            "runtime_estimate",
+            "data",
+        }
         return f"{bool(self.image)}|{self.model_dump_json(exclude=exclude)}"
 
     @property
@@ -189,6 +202,12 @@ class TaskSpec(ObjectSpec):
     @property
     def ordered(self) -> bool:
         return bool(self.fallback)
+
+
+_NOT_SHAPE = {
+    *("name", "tenant", "command", "env_vars", "labels", "description"),
+    *("max_runtime", "template", "image", "kind", "runtime_estimate", "data"),
+}
 
 
 class TaskDefaults(SpecModel):

@@ -107,12 +107,15 @@ class SnapshotCache:
     held: dict[tuple[str, int, int], Allocation] = field(default_factory=dict)
     rebuilds: int = 0
 
-    def current(self, session: Session, inv: Inventory) -> Snapshot:
+    def current(self, session: Session, inv: Inventory, extra: str | None = None) -> Snapshot:
+        """The snapshot for `inv`; `extra` names anything else it was built from (measured
+        performance), so that a change there rebuilds it too (None: as last time)."""
+        extra = self.fingerprint[-1] if extra is None and self.fingerprint else (extra or "")
         # Any create (new max id), update (generation +1) or delete (count) changes this.
         row = session.execute(
             select(func.count(InventoryObjectRow.id), func.sum(InventoryObjectRow.generation), func.max(InventoryObjectRow.id))
         ).one()
-        fingerprint = (row[0], row[1], row[2])
+        fingerprint = (row[0], row[1], row[2], extra)
         active = {
             (p.task_id, p.attempt, p.rank): _allocation(p)
             for p in session.execute(
@@ -182,3 +185,57 @@ def plan_estimate(ctx, session: Session, inv: Inventory, snap: Snapshot, spec: T
         "estimated_wait_s": mine.wait_s,
         "estimated_pool": mine.pool,
     }
+
+
+MIN_MODEL_SAMPLES = 3
+
+
+def measured_performance(session: Session, inv: Inventory) -> dict[str, dict[TaskType, float]]:
+    """Relative performance measured from history, where it can be.
+
+    For a template that ran successfully on several device models (at least
+    MIN_MODEL_SAMPLES runs each), the median runtimes compare the models directly: the
+    model with most runs is the anchor and keeps its catalog figure; another model m gets
+    perf(anchor) × runtime(anchor) / runtime(m). Per (model, task type) the median over
+    templates is taken. These figures override the catalog's table.
+    """
+    rows = session.execute(
+        select(TaskRow.template, TaskRow.task_type, TaskRow.started_at, TaskRow.finished_at, PlacementRow.model)
+        .join(PlacementRow, (PlacementRow.task_id == TaskRow.id) & (PlacementRow.attempt == TaskRow.attempt) & (PlacementRow.rank == 0))
+        .where(TaskRow.state == TaskState.SUCCEEDED.value, TaskRow.template.is_not(None), TaskRow.started_at.is_not(None))
+        .order_by(TaskRow.finished_at.desc())
+        .limit(5000)
+    ).all()
+    runs: dict[tuple[str, str], dict[str, list[float]]] = {}
+    for template, task_type, started, finished, model in rows:
+        if finished is None or model not in inv.catalog:
+            continue
+        seconds = (aware(finished) - aware(started)).total_seconds()
+        if seconds > 0:
+            runs.setdefault((template, task_type), {}).setdefault(model, []).append(seconds)
+    found: dict[tuple[str, TaskType], list[float]] = {}
+    for (_template, task_type), by_model in runs.items():
+        usable = {m: statistics.median(v) for m, v in by_model.items() if len(v) >= MIN_MODEL_SAMPLES}
+        if len(usable) < 2:
+            continue
+        anchor = max(usable, key=lambda m: (len(by_model[m]), m))
+        kind = TaskType(task_type)
+        anchor_perf = inv.catalog.get(anchor).perf_for(kind)
+        for model, median in usable.items():
+            found.setdefault((model, kind), []).append(anchor_perf * usable[anchor] / median)
+    out: dict[str, dict[TaskType, float]] = {}
+    for (model, kind), values in found.items():
+        out.setdefault(model, {})[kind] = round(statistics.median(values), 4)
+    return out
+
+
+def apply_measured(inv: Inventory, measured: dict[str, dict[TaskType, float]]) -> Inventory:
+    """The inventory with measured relative performance written over the catalog's."""
+    if not measured:
+        return inv
+    updated = []
+    for name, factors in measured.items():
+        model = inv.catalog.get(name)
+        updated.append(model.model_copy(update={"relative_performance": {**model.relative_performance, **factors}}))
+    inv.catalog = inv.catalog.with_models(updated)
+    return inv

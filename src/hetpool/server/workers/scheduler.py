@@ -15,7 +15,14 @@ from hetpool.server.db.models import PlacementRow, TaskRow
 from hetpool.server.services import tasks as task_service
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.inventory import load_inventory
-from hetpool.server.services.sched_state import SnapshotCache, learned_runtimes, running_tasks, with_runtime
+from hetpool.server.services.sched_state import (
+    SnapshotCache,
+    apply_measured,
+    learned_runtimes,
+    measured_performance,
+    running_tasks,
+    with_runtime,
+)
 
 ACTOR = "scheduler"
 
@@ -32,9 +39,11 @@ def schedule_once(ctx: ServiceContext) -> CycleResult | None:
         if not rows:
             return None
         inv = load_inventory(ctx, session)
+        measured = measured_performance(session, inv)
+        inv = apply_measured(inv, measured)
         learned = learned_runtimes(session, inv)
         running = running_tasks(session, inv, learned, now)
-        snap = snapshot_cache(ctx).current(session, inv)
+        snap = snapshot_cache(ctx).current(session, inv, extra=repr(sorted((m, sorted(f.items())) for m, f in measured.items())))
         queue, invalid = [], []
         for row in rows:
             try:
