@@ -138,6 +138,9 @@ class TaskSpec(ObjectSpec):
     topology: TopologyRequest | None = None
     exclude_nodes: list[Name] = []
     preemptible: bool = Field(default=True, description="may be evicted by higher-priority work")
+    relative_performance: dict[Name, float] = Field(
+        default={}, description="this task's own speed per device model (reference device = 1.0); overrides the catalog"
+    )
 
     @field_validator("tenant")
     @classmethod
@@ -154,6 +157,14 @@ class TaskSpec(ObjectSpec):
     def _duration(cls, value: str | None) -> str | None:
         if value is not None:
             parse_duration(value)
+        return value
+
+    @field_validator("relative_performance")
+    @classmethod
+    def _positive_perf(cls, value: dict[str, float]) -> dict[str, float]:
+        for model, factor in value.items():
+            if factor <= 0:
+                raise ValueError(f"relative_performance[{model}] must be > 0")
         return value
 
     @model_validator(mode="after")

@@ -174,6 +174,8 @@ def _row_scores(snap: Snapshot, rows: np.ndarray, task: TaskSpec, spread: bool, 
         else:
             score += 1.0 - free / total  # fullest nodes first: keep whole nodes free
         perf_all = snap.row_perf(task.task_type)
+        if task.relative_performance:
+            perf_all = snap.row_perf_with(task.task_type, task.relative_performance)
         score += 0.5 * perf_all[picked] / max(perf_all[rows].max(), 1e-9)
     else:
         # Device-less work belongs on CPU pools; accelerators stay free for what needs them.

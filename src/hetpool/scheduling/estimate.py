@@ -14,7 +14,12 @@ def runtime_on(task: TaskSpec, model: DeviceModelSpec | None) -> float | None:
         return None
     if model is None or task.per_worker.devices is None:
         return base
-    return base / model.perf_for(task.task_type)
+    return base / perf_of(task, model)
+
+
+def perf_of(task: TaskSpec, model: DeviceModelSpec) -> float:
+    """The task's own hint for this model if it gave one, else the catalog's figure."""
+    return task.relative_performance.get(model.name) or model.perf_for(task.task_type)
 
 
 def cost_per_hour(placements: list[WorkerPlacement]) -> float:

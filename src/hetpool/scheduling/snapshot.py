@@ -121,6 +121,17 @@ class Snapshot:
             self._perf[task_type] = np.array([self.pools[int(p)].model.perf_for(task_type) for p in self.row_pool], dtype=np.float64)
         return self._perf[task_type]
 
+    def row_perf_with(self, task_type, hints: dict[str, float]) -> np.ndarray:
+        """Row performance with a task's own per-model hints written over the catalog's."""
+        key = (task_type, tuple(sorted(hints.items())))
+        if key not in self._perf:
+            perf = self.row_perf(task_type).copy()
+            for p in range(len(self.pools)):
+                if self.pools[p].model.name in hints:
+                    perf[self.row_pool == p] = hints[self.pools[p].model.name]
+            self._perf[key] = perf
+        return self._perf[key]
+
     @property
     def row_count(self) -> int:
         return len(self.row_node)

@@ -1,0 +1,15 @@
+"""Importers: traces from elsewhere (Gavel's benchmark data, this control plane's own
+task history) in hetpool's trace format (`hetpool.sim.trace`)."""
+
+from hetpool.sim.importers.gavel import gavel_device_models, gavel_inventory, load_throughputs, read_gavel_trace
+from hetpool.sim.importers.history import export_history, history_from_records, history_to_jsonl
+
+__all__ = [
+    "export_history",
+    "gavel_device_models",
+    "gavel_inventory",
+    "history_from_records",
+    "history_to_jsonl",
+    "load_throughputs",
+    "read_gavel_trace",
+]
