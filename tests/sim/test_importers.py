@@ -143,7 +143,15 @@ SPEC = {"kind": "Task", "name": "x", "tenant": "a", "type": "inference", "per_wo
 
 def record(name: str, created_s: float, run: tuple[float, float] | None, state: str = "succeeded", **fields) -> TaskRecord:
     started, finished = (T0 + timedelta(seconds=run[0]), T0 + timedelta(seconds=run[1])) if run else (None, None)
-    return TaskRecord(id=name, state=state, spec={**SPEC, "name": name, **fields.pop("spec", {})}, created_at=T0 + timedelta(seconds=created_s), started_at=started, finished_at=finished, **fields)
+    return TaskRecord(
+        id=name,
+        state=state,
+        spec={**SPEC, "name": name, **fields.pop("spec", {})},
+        created_at=T0 + timedelta(seconds=created_s),
+        started_at=started,
+        finished_at=finished,
+        **fields,
+    )
 
 
 def test_history_records_filters_and_scales() -> None:

@@ -35,7 +35,7 @@ def model_name(worker_type: str) -> str:
 
 
 def parse_job_key(text: str) -> JobKey:
-    """"('ResNet-50 (batch size 64)', 1)" → ("ResNet-50 (batch size 64)", 1)."""
+    """A key such as "('ResNet-50 (batch size 64)', 1)" → ("ResNet-50 (batch size 64)", 1)."""
     try:
         value = ast.literal_eval(text)
     except (ValueError, SyntaxError) as exc:
