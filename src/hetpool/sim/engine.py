@@ -48,6 +48,7 @@ class TaskOutcome:
     end_s: float | None = None
     pool: str | None = None
     model: str | None = None
+    placements: list[tuple[str, str, tuple[int, ...]]] = field(default_factory=list)  # (node, pool, devices) per worker
     devices: float = 0.0
     price_per_hour: float = 0.0
     fallback_used: bool = False
@@ -181,6 +182,7 @@ class Simulator:
                     end = now + duration
                     out = outcomes[task.id]
                     out.start_s, out.pool, out.model = now, placements[0].pool, placements[0].model
+                    out.placements = [(p.node, p.pool, tuple(p.device_indices)) for p in placements]
                     out.devices = sum(len(p.device_indices) * p.device_fraction for p in placements)
                     out.price_per_hour = sum(p.price_per_hour for p in placements)
                     out.fallback_used = decision.assignment.fallback_used
