@@ -302,5 +302,9 @@ def admin_reset_token(
     print(token)
 
 
+from hetpool.cli.sim_commands import register as _register_sim  # noqa: E402 (sim run, plan-capacity)
+
+_register_sim(app)
+
 if __name__ == "__main__":
     app()

@@ -85,5 +85,10 @@ class HetpoolClient:
     def audit_verify(self) -> dict:
         return self._request("GET", "/api/v1/audit/verify")
 
+    # -- simulation --------------------------------------------------------------
+    def history_trace(self, days: float = 30) -> list[dict]:
+        """Finished tasks of the last `days` days as trace lines (TraceTask.to_json())."""
+        return self._request("GET", "/api/v1/sim/history", params={"days": days})["tasks"]
+
     def health(self) -> dict:
         return self._request("GET", "/healthz")

@@ -77,6 +77,11 @@ class FrameworkRequest(SpecModel):
             parse_version_spec(spec)
         return {k.lower(): v for k, v in value.items()}
 
+    @cached_property
+    def cache_key(self) -> str:
+        """A stable text form, for memoising compatibility verdicts."""
+        return self.model_dump_json()
+
 
 class DeviceRequest(SpecModel):
     """Devices each worker needs. `models` narrows the class to catalog ids."""

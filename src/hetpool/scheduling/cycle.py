@@ -19,7 +19,7 @@ import numpy as np
 
 from hetpool.core.inventory import DeviceModelSpec, TaskType
 from hetpool.core.policy import QueueSpec, SchedulingPolicySpec
-from hetpool.core.tasks import TaskSpec
+from hetpool.core.tasks import Priority, TaskSpec
 from hetpool.scheduling.assign import Assignment, assign
 from hetpool.scheduling.backfill import Reservation, earliest_fit, may_use_reserved, reserve
 from hetpool.scheduling.estimate import runtime_on
@@ -64,16 +64,17 @@ class CycleResult:
         return [d for d in self.decisions if d.admit]
 
 
-def memoized(compat_check: CompatCheck) -> CompatCheck:
-    """Compatibility verdicts per (model, stack, framework request) for one cycle.
+def memoized(compat_check: CompatCheck, cache: dict | None = None) -> CompatCheck:
+    """Compatibility verdicts per (model, stack, framework request).
 
     Many queued tasks ask for the same framework spec; a pool's stack object is shared
-    by all its rows, so its id() is a safe key within one snapshot.
+    by all its rows and by every copy of the snapshot, so its id() is a safe key for as
+    long as the snapshot lives — which is where the cache is kept (see run_cycle).
     """
-    cache: dict = {}
+    cache = {} if cache is None else cache
 
     def check(model, stack, framework, *, has_image: bool = False):
-        key = (model.name, id(stack), framework.model_dump_json() if framework else "", has_image)
+        key = (model.name, id(stack), framework.cache_key if framework else "", has_image)
         if key not in cache:
             cache[key] = compat_check(model, stack, framework, has_image=has_image)
         return cache[key]
@@ -106,10 +107,12 @@ def _fair_share(snapshot: Snapshot, running: list[RunningTask], weights: dict[st
 
 def _units(snapshot: Snapshot, pool: str, devices: float) -> float:
     """Devices in reference-device units (an H800 counts for more than a T4)."""
-    index = snapshot.pool_by_name.get(pool)
-    if index is None or snapshot.pools[index].model.device_class == "cpu":
-        return 0.0
-    return devices * snapshot.pools[index].model.perf_for(TaskType.GENERAL)
+    factors = snapshot.__dict__.get("_unit_factors")
+    if factors is None:
+        factors = snapshot.__dict__["_unit_factors"] = {
+            p.name: 0.0 if p.model.device_class == "cpu" else p.model.perf_for(TaskType.GENERAL) for p in snapshot.pools
+        }
+    return devices * factors.get(pool, 0.0)
 
 
 def run_cycle(
@@ -127,7 +130,9 @@ def run_cycle(
 ) -> CycleResult:
     started = time.perf_counter()
     policy = policy or DEFAULT_POLICY
-    compat_check = memoized(compat_check)
+    # Kept on the snapshot (shared by its copies): the server and the simulator keep one
+    # snapshot across cycles, so verdicts are computed once per pool and request.
+    compat_check = memoized(compat_check, snapshot.__dict__.setdefault("_compat_cache", {}))
     models = models or {p.model.name: p.model for p in snapshot.pools}
     running = list(running)
     working = snapshot.copy()
@@ -154,6 +159,8 @@ def run_cycle(
     reserved_masks: dict[str, np.ndarray] = {}
     evicting: set[str] = set()
     releasing = [r for r in running if r.being_preempted]
+    # Cheap guard before scanning running work for victims on every waiting task.
+    lowest_preemptible = min((r.priority_rank for r in running if r.preemptible), default=Priority.CRITICAL.rank + 1)
     decisions: list[Decision] = []
     waiting: list[QueuedTask] = []
 
@@ -222,7 +229,12 @@ def run_cycle(
             decisions.append(decision)
             waiting.append(item)
             continue
-        if idle_fits[shape] and rule.preemption and any(r.priority_rank < rank and r.preemptible and r.id not in evicting for r in running):
+        if (
+            idle_fits[shape]
+            and rule.preemption
+            and rank > lowest_preemptible
+            and any(r.priority_rank < rank and r.preemptible and r.id not in evicting for r in running)
+        ):
             plan = find_victims(
                 working,
                 spec,

@@ -1,0 +1,28 @@
+"""Simulation inputs from the control plane: its own task history as a replayable trace."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from fastapi import APIRouter, Depends, Query
+
+from hetpool.server.deps import get_ctx, get_principal
+from hetpool.server.services.auth import Principal
+from hetpool.server.services.context import ServiceContext
+from hetpool.server.services.inventory import load_inventory
+from hetpool.sim.importers.history import export_history
+
+router = APIRouter(prefix="/api/v1/sim", tags=["simulation"])
+
+
+@router.get("/history", summary="Finished tasks of the last `days` days as a trace (hetpool plan-capacity --history)")
+def history(
+    days: float = Query(default=30, gt=0, le=3650, description="how far back, in days"),
+    ctx: ServiceContext = Depends(get_ctx),
+    user: Principal = Depends(get_principal),
+) -> dict:
+    since = ctx.clock.now() - timedelta(days=days)
+    with ctx.db.transaction() as session:
+        catalog = load_inventory(ctx, session).catalog  # built-in models plus applied overrides
+        tasks = export_history(session, catalog, since=since)
+    return {"since": since.isoformat(), "tasks": [t.to_json() for t in tasks]}
