@@ -47,7 +47,12 @@ def gavel_figures(trace_name: str, policy: str = GAVEL_POLICY, path: Path = GAVE
     with open(path, encoding="utf-8") as fh:
         for row in csv.DictReader(fh, delimiter="\t"):
             if row["trace"] == f"{trace_name}.trace" and row["policy"] == policy:
-                return {"policy": policy, "avg_jct_hours": float(row["avg_jct_h"]), "makespan_hours": float(row["makespan_h"]), "jobs_completed": int(row["jobs_done"])}
+                return {
+                    "policy": policy,
+                    "avg_jct_hours": float(row["avg_jct_h"]),
+                    "makespan_hours": float(row["makespan_h"]),
+                    "jobs_completed": int(row["jobs_done"]),
+                }
     return None
 
 
@@ -201,7 +206,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--advantage", type=float, default=0.0, help="order candidates by speed / typical speed ** this (0: by speed)")
     ap.add_argument("--prune", type=float, default=0.0, help="leave out devices slower than this fraction of the job's best")
     ap.add_argument("--tenants", choices=["shared", "per-job", "per-type"], default="shared")
-    ap.add_argument("--sjf", type=lambda s: [float(x) for x in s.split(",") if x], default=[], help="hour limits for priority buckets (critical, high, normal, low)")
+    ap.add_argument(
+        "--sjf",
+        type=lambda s: [float(x) for x in s.split(",") if x],
+        default=[],
+        help="hour limits for priority buckets (critical, high, normal, low)",
+    )
     ap.add_argument("--sjf-by", choices=["hours", "device-hours"], default="hours")
     ap.add_argument("--aging", type=float, default=0.5)
     ap.add_argument("--preemption", action=argparse.BooleanOptionalAction, default=False)
@@ -219,7 +229,9 @@ def main(argv: list[str] | None = None) -> int:
         (args.results / f"gavel_{row['trace']}.json").write_text(json.dumps(row, indent=2) + "\n")
         rows.append(row)
         if args.all and args.output == "table":
-            print(f"{row['trace']}: JCT {row['avg_jct_hours']:.2f} h, makespan {row['makespan_hours']:.2f} h, {row['wall_seconds']:.1f} s", flush=True)
+            print(
+                f"{row['trace']}: JCT {row['avg_jct_hours']:.2f} h, makespan {row['makespan_hours']:.2f} h, {row['wall_seconds']:.1f} s", flush=True
+            )
     if args.all:
         (args.results / "gavel_summary.json").write_text(json.dumps(rows, indent=2) + "\n")
     if args.output == "json":

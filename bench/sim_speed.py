@@ -31,10 +31,47 @@ from hetpool.sim.trace import TraceTask  # noqa: E402
 
 SHAPES = [
     # (share, task doc, mean hours on the reference device)
-    (0.35, {"type": "training", "framework": {"name": "pytorch", "version": ">=2.3"}, "workers": 1, "per_worker": {"devices": {"class": "gpu", "count": 8}, "cpu": 8, "memory_gb": 64}, "fallback": ["nvidia-h800", "nvidia-h100", "nvidia-a100-80g"]}, 4.0),
-    (0.25, {"type": "training", "framework": {"name": "pytorch", "version": ">=2.3"}, "workers": 1, "per_worker": {"devices": {"class": "gpu", "count": 2}, "cpu": 4, "memory_gb": 32}, "any_of": ["nvidia-a100-40g", "nvidia-l40s", "nvidia-h20"]}, 2.0),
-    (0.25, {"type": "batch-inference", "framework": {"name": "pytorch", "version": ">=2.3"}, "per_worker": {"devices": {"class": "npu", "count": 1}, "cpu": 4, "memory_gb": 16}}, 1.0),
-    (0.15, {"type": "training", "framework": {"name": "mindspore", "version": "2.3"}, "workers": 2, "per_worker": {"devices": {"class": "npu", "count": 8}, "cpu": 16, "memory_gb": 128}}, 3.0),
+    (
+        0.35,
+        {
+            "type": "training",
+            "framework": {"name": "pytorch", "version": ">=2.3"},
+            "workers": 1,
+            "per_worker": {"devices": {"class": "gpu", "count": 8}, "cpu": 8, "memory_gb": 64},
+            "fallback": ["nvidia-h800", "nvidia-h100", "nvidia-a100-80g"],
+        },
+        4.0,
+    ),
+    (
+        0.25,
+        {
+            "type": "training",
+            "framework": {"name": "pytorch", "version": ">=2.3"},
+            "workers": 1,
+            "per_worker": {"devices": {"class": "gpu", "count": 2}, "cpu": 4, "memory_gb": 32},
+            "any_of": ["nvidia-a100-40g", "nvidia-l40s", "nvidia-h20"],
+        },
+        2.0,
+    ),
+    (
+        0.25,
+        {
+            "type": "batch-inference",
+            "framework": {"name": "pytorch", "version": ">=2.3"},
+            "per_worker": {"devices": {"class": "npu", "count": 1}, "cpu": 4, "memory_gb": 16},
+        },
+        1.0,
+    ),
+    (
+        0.15,
+        {
+            "type": "training",
+            "framework": {"name": "mindspore", "version": "2.3"},
+            "workers": 2,
+            "per_worker": {"devices": {"class": "npu", "count": 8}, "cpu": 16, "memory_gb": 128},
+        },
+        3.0,
+    ),
 ]
 
 
@@ -45,7 +82,7 @@ def make_trace(n: int, accelerators: int, load: float, rng: random.Random) -> li
     for i in range(n):
         t += rng.expovariate(rate)
         r, acc = rng.random(), 0.0
-        for share, doc, hours in SHAPES:
+        for share, doc, hours in SHAPES:  # noqa: B007 (the loop picks doc and hours)
             acc += share
             if r <= acc:
                 break
