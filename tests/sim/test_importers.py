@@ -17,8 +17,9 @@ from hetpool.core.inventory import DeviceModelSpec, NodeSpec, PoolSpec
 from hetpool.core.specs import parse_documents
 from hetpool.server.db.models import TaskRow
 from hetpool.server.services.context import ServiceContext
-from hetpool.sim.importers import gavel_device_models, gavel_inventory, history_to_jsonl, load_throughputs, read_gavel_trace
-from hetpool.sim.importers.history import TaskRecord, export_history, history_from_records
+from hetpool.server.services.history import export_history, history_to_jsonl
+from hetpool.sim.importers import gavel_device_models, gavel_inventory, load_throughputs, read_gavel_trace
+from hetpool.sim.importers.history import TaskRecord, history_from_records
 from hetpool.sim.trace import read_trace, write_trace
 from tests.server.helpers import example_task, run_to_end
 

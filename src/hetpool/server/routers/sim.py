@@ -9,8 +9,8 @@ from fastapi import APIRouter, Depends, Query
 from hetpool.server.deps import get_ctx, get_principal
 from hetpool.server.services.auth import Principal
 from hetpool.server.services.context import ServiceContext
+from hetpool.server.services.history import export_history
 from hetpool.server.services.inventory import load_inventory
-from hetpool.sim.importers.history import export_history
 
 router = APIRouter(prefix="/api/v1/sim", tags=["simulation"])
 

@@ -2,14 +2,13 @@
 task history) in hetpool's trace format (`hetpool.sim.trace`)."""
 
 from hetpool.sim.importers.gavel import gavel_device_models, gavel_inventory, load_throughputs, read_gavel_trace
-from hetpool.sim.importers.history import export_history, history_from_records, history_to_jsonl
+from hetpool.sim.importers.history import TaskRecord, history_from_records
 
 __all__ = [
-    "export_history",
+    "TaskRecord",
     "gavel_device_models",
     "gavel_inventory",
     "history_from_records",
-    "history_to_jsonl",
     "load_throughputs",
     "read_gavel_trace",
 ]

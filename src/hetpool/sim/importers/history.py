@@ -5,11 +5,9 @@ the first exported task), asks for what it asked for (its stored spec), and take
 it really took: the measured runtime on the device model it ran on (`work_s`), scaled to
 the reference device by that model's relative performance (`reference_s`).
 
-The import rule keeps `sim` free of the server and of SQLAlchemy, so `export_history`
-reads the two tables (`tasks`, `placements`) through the session's connection with
-plain SQL and works on what any DB-API driver returns (SQLite hands back text for
-datetimes and JSON; PostgreSQL real values). The conversion itself,
-`history_from_records`, needs no database.
+The import rule keeps `sim` free of the server and of SQLAlchemy: the server reads its
+tables into `TaskRecord`s (hetpool.server.services.history) and this module converts
+them, needing no database.
 """
 
 from __future__ import annotations
@@ -18,19 +16,15 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from hetpool.catalog.devices import DeviceCatalog
 from hetpool.core.specs import parse_spec
 from hetpool.core.tasks import TaskSpec
-from hetpool.sim.trace import TraceTask, write_trace
+from hetpool.sim.trace import TraceTask
 
 FINISHED = "succeeded"
 FAILED = "failed"
-
-_TASKS_SQL = "SELECT id, state, spec, created_at, started_at, finished_at, attempt FROM tasks"
-_PLACEMENTS_SQL = 'SELECT task_id, attempt, model FROM placements WHERE "rank" = 0'
 
 
 @dataclass(frozen=True)
@@ -59,28 +53,6 @@ def as_utc(value: Any) -> datetime | None:
 
 def _as_json(value: Any) -> dict:
     return json.loads(value) if isinstance(value, (str, bytes)) else dict(value)
-
-
-def load_records(session: Any) -> list[TaskRecord]:
-    """Every task row with its final attempt's rank-0 device model, via `session`
-    (a SQLAlchemy Session: only `flush()` and `connection().exec_driver_sql()` are used)."""
-    session.flush()
-    conn = session.connection()
-    models = {(row[0], int(row[1])): row[2] for row in conn.exec_driver_sql(_PLACEMENTS_SQL)}
-    records = []
-    for task_id, state, spec, created, started, finished, attempt in conn.exec_driver_sql(_TASKS_SQL):
-        records.append(
-            TaskRecord(
-                id=task_id,
-                state=state,
-                spec=_as_json(spec),
-                created_at=as_utc(created),
-                started_at=as_utc(started),
-                finished_at=as_utc(finished),
-                model=models.get((task_id, int(attempt or 0))),
-            )
-        )
-    return records
 
 
 def relative_performance(spec: TaskSpec, model: str | None, catalog: DeviceCatalog) -> float:
@@ -138,22 +110,3 @@ def history_from_records(
         TraceTask(id=record.id, arrival_s=(as_utc(record.created_at) - start).total_seconds(), spec=spec, reference_s=reference_s, work_s=work_s)
         for record, spec, reference_s, work_s in chosen
     ]
-
-
-def export_history(
-    session: Any,
-    catalog: DeviceCatalog,
-    *,
-    since: datetime | None = None,
-    include_failed: bool = False,
-    include_unstarted: bool = False,
-) -> list[TraceTask]:
-    """Every task in the database that succeeded (with `include_failed`, also failed) with a
-    start and finish time, ordered by submission; arrival_s counts from the earliest one.
-    `include_unstarted` adds never-started tasks that have a runtime_estimate."""
-    return history_from_records(load_records(session), catalog, since=since, include_failed=include_failed, include_unstarted=include_unstarted)
-
-
-def history_to_jsonl(session: Any, catalog: DeviceCatalog, path: Path | str, **options: Any) -> int:
-    """`export_history` written as a JSONL trace; returns the number of tasks written."""
-    return write_trace(export_history(session, catalog, **options), Path(path))
