@@ -164,6 +164,15 @@ def run_cycle(
     decisions: list[Decision] = []
     waiting: list[QueuedTask] = []
 
+    may_use: dict[tuple, bool] = {}
+
+    def _may_use(spec: TaskSpec, reservation: Reservation) -> bool:
+        # Memoised: the answer depends only on the task's shape and runtime estimate.
+        key = (spec.placement_shape, spec.runtime_estimate, reservation.task_id)
+        if key not in may_use:
+            may_use[key] = may_use_reserved(spec, reservation, now, models)
+        return may_use[key]
+
     while (popped := order.pop()) is not None:
         q, item = popped
         spec = item.spec
@@ -172,7 +181,7 @@ def run_cycle(
         kwargs = {"allowed_pools": set(q.pools) or None, "placement": rule.placement}
         # Reservations of every queue's blocked head hold against all tasks: backfill must
         # not delay a reserved start, whichever queue the backfilling task comes from.
-        blocking = [r for r in reservations.values() if not may_use_reserved(spec, r, now, models)]
+        blocking = [r for r in reservations.values() if not _may_use(spec, r)]
         constrained = bool(blocking)
         # The same shape under the same reservation fails the same way: reuse the verdict.
         shape = shape_key(spec, q, tenant_matters) + "|" + ",".join(r.task_id for r in blocking)

@@ -113,6 +113,7 @@ class Simulator:
         pool_devices = {v.name: int(snap.device_totals()[v.rows].sum()) for v in snap.pools}
         busy: dict[str, float] = dict.fromkeys(pool_devices, 0.0)
         now, next_arrival, cycles, core_s, last_cycle = 0.0, 0, 0, 0.0, -float("inf")
+        dirty = False
 
         def release(task_id: str) -> RunningTask:
             rt, _, _ = running.pop(task_id)
@@ -127,7 +128,7 @@ class Simulator:
                 candidates.append(arrivals[next_arrival].arrival_s)
             if ends:
                 candidates.append(ends[0][0])
-            if queued and cfg.min_cycle_interval_s > 0 and last_cycle + cfg.min_cycle_interval_s > now:
+            if queued and dirty and cfg.min_cycle_interval_s > 0 and last_cycle + cfg.min_cycle_interval_s > now:
                 candidates.append(last_cycle + cfg.min_cycle_interval_s)  # the next allowed cycle
             if not candidates:
                 break  # queued work that can never start: nothing will change any more
@@ -136,16 +137,20 @@ class Simulator:
                 now = cfg.max_time_s
                 break
             while next_arrival < len(arrivals) and arrivals[next_arrival].arrival_s <= now:
+                dirty = True
                 t = arrivals[next_arrival]
                 queued[t.id] = QueuedTask(t.id, t.spec, EPOCH + timedelta(seconds=t.arrival_s))
                 next_arrival += 1
             while ends and ends[0][0] <= now:
                 _, _, task_id, attempt = heapq.heappop(ends)
                 if task_id in running and attempt == attempts[task_id]:
+                    dirty = True
                     release(task_id)
                     outcomes[task_id].end_s = now
-            if queued and now - last_cycle >= cfg.min_cycle_interval_s:
-                last_cycle = now
+            # A cycle only when something changed since the last one: the same queue on the
+            # same capacity gives the same decisions.
+            if queued and dirty and now - last_cycle >= cfg.min_cycle_interval_s:
+                last_cycle, dirty = now, False
                 result = run_cycle(
                     snap,
                     list(queued.values()),
@@ -163,6 +168,7 @@ class Simulator:
                 for decision in result.decisions:
                     for victim in decision.victims:  # evict now; the victim starts over later
                         if victim in running:
+                            dirty = True  # freed capacity: the next cycle places the preemptor
                             start = running[victim][1]
                             release(victim)
                             out = outcomes[victim]
