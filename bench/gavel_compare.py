@@ -96,6 +96,7 @@ def shape(tasks: list[TraceTask], args: argparse.Namespace, typical: dict[str, f
         if args.sjf:
             hours = best_hours(task) * (spec.workers if args.sjf_by == "device-hours" else 1)
             level = sum(hours > limit for limit in args.sjf)
+            level = len(args.sjf) - level if args.longest_first else level
             update["priority"] = PRIORITIES[min(level, len(PRIORITIES) - 1)]
         document = spec.model_dump(mode="json", by_alias=True) | {k: v for k, v in update.items() if k != "any_of"}
         document["any_of"] = update.get("any_of", [])
@@ -155,6 +156,7 @@ def run_trace(trace_path: Path, args: argparse.Namespace) -> dict:
             "tenants": args.tenants,
             "sjf_hours": args.sjf,
             "sjf_by": args.sjf_by,
+            "longest_first": args.longest_first,
             "min_cycle_interval_s": args.cycle_s,
         },
         "gavel": gavel_figures(name),
@@ -182,13 +184,15 @@ def goals(r: dict) -> dict:
 
 
 def table(rows: list[dict]) -> str:
-    head = f"{'trace':28} {'hetpool JCT h':>13} {'Gavel JCT h':>11} {'hetpool mksp h':>14} {'Gavel mksp h':>12} {'done':>9} {'Gavel done':>10} {'wall s':>7}"
+    head = f"{'trace':28} {'hetpool JCT h':>13} {'Gavel JCT h':>11} {'hetpool mksp h':>14} {'Gavel mksp h':>12}"
+    head += f" {'done':>9} {'Gavel done':>10} {'wall s':>7}"
     lines = [head, "-" * len(head)]
     for r in rows:
         g = r["gavel"] or {}
         lines.append(
             f"{r['trace']:28} {r['avg_jct_hours']:13.2f} {g.get('avg_jct_hours', float('nan')):11.2f} {r['makespan_hours']:14.2f} "
-            f"{g.get('makespan_hours', float('nan')):12.2f} {r['jobs_completed']:>4}/{r['jobs']:<4} {g.get('jobs_completed', 0):>10} {r['wall_seconds']:7.1f}"
+            f"{g.get('makespan_hours', float('nan')):12.2f} {r['jobs_completed']:>4}/{r['jobs']:<4} "
+            f"{g.get('jobs_completed', 0):>10} {r['wall_seconds']:7.1f}"
         )
     return "\n".join(lines)
 
@@ -204,15 +208,16 @@ def main(argv: list[str] | None = None) -> int:
     # Operator choices (defaults: the best configuration found; see the report).
     ap.add_argument("--shape", choices=["any_of", "fallback"], default="fallback", help="devices as a set, or ordered by the job's speed")
     ap.add_argument("--advantage", type=float, default=0.0, help="order candidates by speed / typical speed ** this (0: by speed)")
-    ap.add_argument("--prune", type=float, default=0.0, help="leave out devices slower than this fraction of the job's best")
+    ap.add_argument("--prune", type=float, default=0.25, help="leave out devices slower than this fraction of the job's best")
     ap.add_argument("--tenants", choices=["shared", "per-job", "per-type"], default="shared")
     ap.add_argument(
         "--sjf",
         type=lambda s: [float(x) for x in s.split(",") if x],
-        default=[],
+        default=[1.5, 3.0],
         help="hour limits for priority buckets (critical, high, normal, low)",
     )
     ap.add_argument("--sjf-by", choices=["hours", "device-hours"], default="hours")
+    ap.add_argument("--longest-first", action="store_true", help="reverse the buckets: longest jobs get the highest priority")
     ap.add_argument("--aging", type=float, default=0.5)
     ap.add_argument("--preemption", action=argparse.BooleanOptionalAction, default=False)
     ap.add_argument("--wait-for-preferred", action=argparse.BooleanOptionalAction, default=True)
