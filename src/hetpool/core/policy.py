@@ -42,6 +42,9 @@ class SchedulingPolicySpec(ObjectSpec):
     aging_per_hour: float = Field(default=0.5, ge=0, le=100, description="priority-rank points gained per hour of waiting (no starvation)")
     wait_for_preferred: bool = Field(default=True, description="wait for busy preferred devices when that finishes earlier than a substitute")
     estimate_horizon: int = Field(default=200, ge=0, le=10000, description="pending tasks that get a start-time estimate each cycle")
+    max_preemptions: int = Field(
+        default=3, ge=0, le=1000, description="a task preempted this often is not evicted again (no starvation by preemption)"
+    )
 
     def rule(self, device_class: DeviceClass | None) -> ClassRule:
         if device_class is None:

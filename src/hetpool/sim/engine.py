@@ -114,6 +114,7 @@ class Simulator:
         busy: dict[str, float] = dict.fromkeys(pool_devices, 0.0)
         now, next_arrival, cycles, core_s, last_cycle = 0.0, 0, 0, 0.0, -float("inf")
         dirty = False
+        max_preemptions = (cfg.policy or SchedulingPolicySpec()).max_preemptions
 
         def release(task_id: str) -> RunningTask:
             rt, _, _ = running.pop(task_id)
@@ -128,6 +129,8 @@ class Simulator:
                 candidates.append(arrivals[next_arrival].arrival_s)
             if ends:
                 candidates.append(ends[0][0])
+            if queued and dirty and last_cycle == now:
+                candidates.append(now)  # evictions in the last cycle: place the preemptors now
             if queued and dirty and cfg.min_cycle_interval_s > 0 and last_cycle + cfg.min_cycle_interval_s > now:
                 candidates.append(last_cycle + cfg.min_cycle_interval_s)  # the next allowed cycle
             if not candidates:
@@ -169,11 +172,13 @@ class Simulator:
                     for victim in decision.victims:  # evict now; the victim starts over later
                         if victim in running:
                             dirty = True  # freed capacity: the next cycle places the preemptor
-                            start = running[victim][1]
+                            planned_end = running[victim][2]
                             release(victim)
                             out = outcomes[victim]
                             out.preemptions += 1
-                            out.cost += (now - start) / 3600 * out.price_per_hour
+                            # Admission charged the whole run; the part never run is refunded,
+                            # the part run (and lost) stays charged.
+                            out.cost -= (planned_end - now) / 3600 * out.price_per_hour
                             attempts[victim] += 1
                             queued[victim] = QueuedTask(victim, tasks[victim].spec, EPOCH + timedelta(seconds=tasks[victim].arrival_s))
                     if not decision.admit:
@@ -206,7 +211,7 @@ class Simulator:
                             allocations,
                             EPOCH + timedelta(seconds=now),
                             expected_end,
-                            task.spec.preemptible,
+                            task.spec.preemptible and out.preemptions < max_preemptions,
                         ),
                         now,
                         end,

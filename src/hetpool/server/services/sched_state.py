@@ -53,6 +53,7 @@ def with_runtime(spec: TaskSpec, learned: dict[str, float]) -> TaskSpec:
 
 
 def running_tasks(session: Session, inv: Inventory, learned: dict[str, float], now: datetime) -> list[RunningTask]:
+    max_preemptions = inv.policy.max_preemptions
     rows = session.execute(select(TaskRow).where(TaskRow.state.in_([s.value for s in ACTIVE_STATES]))).scalars().all()
     if not rows:
         return []
@@ -83,7 +84,7 @@ def running_tasks(session: Session, inv: Inventory, learned: dict[str, float], n
                 allocations=tuple(_allocation(p) for p in mine),
                 started_at=started,
                 expected_end=expected_end,
-                preemptible=spec.preemptible and row.preempt_reason is None,
+                preemptible=spec.preemptible and row.preempt_reason is None and row.preemptions < max_preemptions,
                 being_preempted=row.preempt_reason is not None,
             )
         )
