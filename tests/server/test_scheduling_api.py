@@ -138,3 +138,20 @@ def test_unknown_queue_is_rejected_at_submit(demo: TestClient) -> None:
     response = demo.post("/api/v1/tasks", json={**A100_TASK, "name": "x", "queue": "nope", "command": "true"})
     assert response.status_code == 422
     assert "queue: unknown queue 'nope'; known: default" in response.json()["message"]
+
+
+def test_a_task_preempted_too_often_is_not_evicted_again(ctx: ServiceContext, demo: TestClient) -> None:
+    from sqlalchemy import update
+
+    from hetpool.server.db.models import TaskRow
+
+    low = submit(demo, **A100_TASK, name="low-sweep", workers=2, priority="low", command="sleep 60")
+    drive_until(ctx, lambda: task_state(demo, low) == "running")
+    with ctx.db.transaction() as session:  # it has already given way three times (the default limit)
+        session.execute(update(TaskRow).where(TaskRow.id == low).values(preemptions=3))
+    high = submit(demo, **A100_TASK, name="urgent", priority="high", command="true")
+    drive_until(ctx, lambda: (demo.get(f"/api/v1/tasks/{high}").json().get("pending") or {}).get("summary") is not None)
+    assert task_state(demo, low) == "running"
+    assert "preempting" not in demo.get(f"/api/v1/tasks/{high}").json()["pending"]
+    demo.post(f"/api/v1/tasks/{low}/cancel")
+    drive_until(ctx, lambda: task_state(demo, high) == "succeeded", timeout_s=30)
