@@ -70,6 +70,9 @@ def test_queue_object_restricts_pools_and_is_shown_in_the_explanation(ctx: Servi
     first = submit(demo, **task, name="serve-a", command="sleep 30")
     drive_until(ctx, lambda: task_state(demo, first) == "running")
     assert {p["pool"] for p in demo.get(f"/api/v1/tasks/{first}").json()["placements"]} == {"bj-h800"}
+    # plan agrees with the scheduler: the idle A100s are not this queue's to use.
+    planned = demo.post("/api/v1/tasks/plan", json={**task, "name": "serve-b", "command": "true"}).json()
+    assert planned["feasible"] is False and planned["reasons"].get("pool not available to the task's queue", 0) >= 2
     second = submit(demo, **task, name="serve-b", command="true")
     drive_until(ctx, lambda: (demo.get(f"/api/v1/tasks/{second}").json().get("pending") or {}).get("queue") == "serving")
     pending = demo.get(f"/api/v1/tasks/{second}").json()["pending"]

@@ -88,9 +88,21 @@ def current_snapshot(ctx: ServiceContext, session: Session, inv: Inventory) -> S
     return build_snapshot(list(inv.clusters.values()), list(inv.nodes.values()), list(inv.pools.values()), models, active_allocations(session))
 
 
+def placement_options(inv: Inventory, spec: TaskSpec) -> dict:
+    """What the scheduler applies to this task beyond its spec: its queue's pools and its
+    device class's placement rule (so that plan and the scheduler agree)."""
+    from hetpool.scheduling.queueing import route
+
+    queue = route(spec, list(inv.queues.values()))
+    demand = spec.per_worker.devices
+    rule = inv.policy.rule(demand.device_class if demand else None)
+    return {"allowed_pools": set(queue.pools) or None, "placement": rule.placement}
+
+
 def plan_spec(ctx: ServiceContext, inv: Inventory, snap: Snapshot, spec: TaskSpec) -> dict:
-    result = assign(snap, spec, ctx.compat.check)
-    fits_when_idle = result.feasible or assign(snap.emptied(), spec, ctx.compat.check).feasible
+    options = placement_options(inv, spec)
+    result = assign(snap, spec, ctx.compat.check, **options)
+    fits_when_idle = result.feasible or assign(snap.emptied(), spec, ctx.compat.check, **options).feasible
     body = {
         "feasible": result.feasible,
         "fits_when_idle": fits_when_idle,
@@ -98,7 +110,7 @@ def plan_spec(ctx: ServiceContext, inv: Inventory, snap: Snapshot, spec: TaskSpe
         "fallback_used": result.fallback_used,
         "chosen": result.chosen,
         "reasons": dict(result.reasons) if not result.feasible else {},
-        "explanation": explanation(result, fits_when_idle),
+        "explanation": explanation(result, fits_when_idle, nodes=len(snap.node_names)),
     }
     if result.feasible:
         model = inv.catalog.get(result.placements[0].model) if result.placements[0].model in inv.catalog else None
@@ -113,12 +125,14 @@ def plan_spec(ctx: ServiceContext, inv: Inventory, snap: Snapshot, spec: TaskSpe
 
 
 def plan(ctx: ServiceContext, session: Session, raw: dict) -> dict:
-    from hetpool.server.services.sched_state import plan_estimate
+    from hetpool.server.services.sched_state import learned_runtimes, plan_estimate, with_runtime
 
     inv = load_inventory(ctx, session)
     spec = resolve_task_spec(inv, raw)
     snap = current_snapshot(ctx, session, inv)
-    body = plan_spec(ctx, inv, snap, spec)
+    # Estimates use the template's learned runtime when the task gives none, as the
+    # scheduler does; the returned task document stays what the user asked for.
+    body = plan_spec(ctx, inv, snap, with_runtime(spec, learned_runtimes(session, inv)))
     if body["fits_when_idle"]:
         body.update(plan_estimate(ctx, session, inv, snap, spec))
     body["task"] = spec_to_document(spec)
@@ -129,7 +143,7 @@ def submit(ctx: ServiceContext, session: Session, raw: dict, actor: str) -> Task
     inv = load_inventory(ctx, session)
     spec = resolve_task_spec(inv, raw)
     snap = current_snapshot(ctx, session, inv)
-    idle = assign(snap.emptied(), spec, ctx.compat.check)
+    idle = assign(snap.emptied(), spec, ctx.compat.check, **placement_options(inv, spec))
     if not idle.feasible:
         info = explanation(idle, False)
         raise UnschedulableError(
