@@ -306,8 +306,6 @@ def _place_one_by_one(
     snap: Snapshot, task: TaskSpec, rows: np.ndarray, taken: list, fractions: np.ndarray | None, spread: bool
 ) -> list[WorkerPlacement] | None:
     """General case (slices, islands, several pools on a node): re-check after each worker."""
-    demand = task.per_worker.devices
-    island = bool(task.topology and task.topology.device_island)
     placements: list[WorkerPlacement] = []
     used_nodes = np.zeros(len(snap.node_names), dtype=np.float64)
     nodes = snap.row_node[rows]
@@ -324,33 +322,12 @@ def _place_one_by_one(
         score = np.where(ok, score, -np.inf)
         i = int(np.argmax(score))
         row = int(rows[i])
-        pool = snap.pools[int(snap.row_pool[row])]
-        if demand is not None:
-            row_fraction = None if fractions is None else float(fractions[i])
-            indices, fraction = _pick_devices(snap, row, demand.count, row_fraction, island)
-        else:
-            indices, fraction = (), 0.0
-        snap.take(row, indices, fraction, task.per_worker.cpu, task.per_worker.memory_gb)
-        taken.append((row, indices, fraction))
+        placements.append(_place_one(snap, task, rank, row, None if fractions is None else float(fractions[i]), taken))
         used_nodes[snap.row_node[row]] += 1
         # Only rows on the node just used changed (CPU and memory are per node).
         same_node = np.flatnonzero(nodes == snap.row_node[row])
         fit[same_node] = workers_fit(snap, rows[same_node], task, None if fractions is None else fractions[same_node])
         base = _row_scores(snap, rows, task, spread) if len(same_node) == len(rows) else _rescore(base, snap, rows, same_node, task, spread)
-        devices_held = len(indices) * fraction
-        placements.append(
-            WorkerPlacement(
-                rank=rank,
-                node=snap.node_names[int(snap.row_node[row])],
-                pool=pool.name,
-                model=pool.model.name,
-                device_indices=indices,
-                device_fraction=fraction,
-                cpu=task.per_worker.cpu,
-                memory_gb=task.per_worker.memory_gb,
-                price_per_hour=devices_held * pool.spec.price_per_hour,
-            )
-        )
     return placements
 
 

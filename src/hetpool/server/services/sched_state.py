@@ -23,25 +23,33 @@ from hetpool.server.services.tasks import aware
 HISTORY_SAMPLES = 20
 
 
-def learned_runtimes(session: Session, inv: Inventory) -> dict[str, float]:
-    """Per template: median runtime of its recent successful runs, on the reference device.
-
-    A run on a device with relative performance p that took t seconds counts as t·p.
-    """
+def _successful_runs(session: Session, limit: int) -> list[tuple[str, str, float, str]]:
+    """(template, task type, seconds run, rank-0 device model) of recent successful runs."""
     rows = session.execute(
         select(TaskRow.template, TaskRow.task_type, TaskRow.started_at, TaskRow.finished_at, PlacementRow.model)
         .join(PlacementRow, (PlacementRow.task_id == TaskRow.id) & (PlacementRow.attempt == TaskRow.attempt) & (PlacementRow.rank == 0))
         .where(TaskRow.state == TaskState.SUCCEEDED.value, TaskRow.template.is_not(None), TaskRow.started_at.is_not(None))
         .order_by(TaskRow.finished_at.desc())
-        .limit(2000)
+        .limit(limit)
     ).all()
+    return [
+        (template, task_type, max((aware(finished) - aware(started)).total_seconds(), 0.0), model)
+        for template, task_type, started, finished, model in rows
+        if finished is not None
+    ]
+
+
+def learned_runtimes(session: Session, inv: Inventory) -> dict[str, float]:
+    """Per template: median runtime of its recent successful runs, on the reference device.
+
+    A run on a device with relative performance p that took t seconds counts as t·p.
+    """
     samples: dict[str, list[float]] = {}
-    for template, task_type, started, finished, model in rows:
-        if finished is None or len(samples.get(template, ())) >= HISTORY_SAMPLES:
+    for template, task_type, seconds, model in _successful_runs(session, limit=2000):
+        if len(samples.get(template, ())) >= HISTORY_SAMPLES:
             continue
-        seconds = (aware(finished) - aware(started)).total_seconds()
         perf = inv.catalog.get(model).perf_for(TaskType(task_type)) if model in inv.catalog else 1.0
-        samples.setdefault(template, []).append(max(seconds, 0.0) * perf)
+        samples.setdefault(template, []).append(seconds * perf)
     return {template: statistics.median(values) for template, values in samples.items() if values}
 
 
@@ -200,19 +208,9 @@ def measured_performance(session: Session, inv: Inventory) -> dict[str, dict[Tas
     perf(anchor) × runtime(anchor) / runtime(m). Per (model, task type) the median over
     templates is taken. These figures override the catalog's table.
     """
-    rows = session.execute(
-        select(TaskRow.template, TaskRow.task_type, TaskRow.started_at, TaskRow.finished_at, PlacementRow.model)
-        .join(PlacementRow, (PlacementRow.task_id == TaskRow.id) & (PlacementRow.attempt == TaskRow.attempt) & (PlacementRow.rank == 0))
-        .where(TaskRow.state == TaskState.SUCCEEDED.value, TaskRow.template.is_not(None), TaskRow.started_at.is_not(None))
-        .order_by(TaskRow.finished_at.desc())
-        .limit(5000)
-    ).all()
     runs: dict[tuple[str, str], dict[str, list[float]]] = {}
-    for template, task_type, started, finished, model in rows:
-        if finished is None or model not in inv.catalog:
-            continue
-        seconds = (aware(finished) - aware(started)).total_seconds()
-        if seconds > 0:
+    for template, task_type, seconds, model in _successful_runs(session, limit=5000):
+        if model in inv.catalog and seconds > 0:
             runs.setdefault((template, task_type), {}).setdefault(model, []).append(seconds)
     found: dict[tuple[str, TaskType], list[float]] = {}
     for (_template, task_type), by_model in runs.items():
