@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     # Operator choices (defaults: the best configuration found; see the report).
     ap.add_argument("--shape", choices=["any_of", "fallback"], default="fallback", help="devices as a set, or ordered by the job's speed")
     ap.add_argument("--advantage", type=float, default=0.0, help="order candidates by speed / typical speed ** this (0: by speed)")
-    ap.add_argument("--prune", type=float, default=0.25, help="leave out devices slower than this fraction of the job's best")
+    ap.add_argument("--prune", type=float, default=0.0, help="leave out devices slower than this fraction of the job's best")
     ap.add_argument("--tenants", choices=["shared", "per-job", "per-type"], default="shared")
     ap.add_argument(
         "--sjf",

@@ -673,3 +673,20 @@ def test_reserved_nodes_are_reported_as_held_not_excluded() -> None:
     reasons = decisions["small"].explanation["reasons"]
     assert reasons.get("node held for a blocked queue head") == 2
     assert "node excluded by the task" not in reasons
+
+
+def test_tasks_do_not_all_bank_on_the_same_preferred_device() -> None:
+    # Speeds from the tasks' own hints: 10 h of work is 5 h on the H100 node (free in
+    # 10 minutes) and ~8.3 h on the idle T4 node. The first job waits for the H100. The
+    # second would get it only after the first job's 5 h: 10.2 h > 8.3 h, so it takes
+    # the T4 — it does not bank on the same soon-free device.
+    hints = {"relative_performance": {H100: 2.0, T4: 1.2}, "runtime_estimate": "10h"}
+    snap, running = _fast_slow_estate(timedelta(minutes=10))
+    first = _q("job", 0, devices=_gpus(8), fallback=[H100, T4], **hints)
+    second = _q("job2", 1, devices=_gpus(8), fallback=[H100, T4], **hints)
+    decisions = _by_id(run_cycle(snap, [first, second], CHECK, T0, running=running))
+    assert decisions["job"].explanation["summary"].startswith("waiting for preferred")
+    assert decisions["job2"].admit and {p.model for p in decisions["job2"].assignment.placements} == {T4}
+    # Alone, the second job would have waited for the H100 too.
+    alone = run_cycle(snap, [second], CHECK, T0, running=running).decisions[0]
+    assert alone.explanation["summary"].startswith("waiting for preferred")

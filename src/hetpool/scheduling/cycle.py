@@ -165,11 +165,11 @@ def run_cycle(
     waiting: list[QueuedTask] = []
 
     # Work admitted earlier in this cycle, as running work with its expected end, so that
-    # reservation start times count on it ending. (Wait-for-preferred deliberately does
-    # not: without accounting for how many waiting tasks count on the same device, every
-    # one of them would wait for it — measured worse on the Gavel traces.)
+    # reservation start times and wait-for-preferred count on it ending (the latter also
+    # counts the work already waiting for the same devices: see _prefer_waiting).
     admitted_now: list[RunningTask] = []
     may_use: dict[tuple, bool] = {}
+    banked: dict[str, float] = {}  # device-seconds waiting for each preferred model (see _prefer_waiting)
 
     def _may_use(spec: TaskSpec, reservation: Reservation) -> bool:
         # Memoised: the answer depends only on the task's shape and runtime estimate.
@@ -217,7 +217,7 @@ def run_cycle(
 
         if result.feasible and result.fallback_used and policy.wait_for_preferred and spec.ordered and spec.runtime_estimate_s:
             _release(working, spec, result)
-            waited = _prefer_waiting(working, spec, result, running, compat_check, now, models, target_kwargs)
+            waited = _prefer_waiting(working, spec, result, running + admitted_now, compat_check, now, models, target_kwargs, banked)
             if waited is None:
                 _take(working, spec, result)
             else:
@@ -329,18 +329,29 @@ def _class_allows_preemption(snapshot: Snapshot, policy: SchedulingPolicySpec, v
     return True
 
 
-def _prefer_waiting(working, spec, result, running, compat_check, now, models, kwargs) -> dict | None:
-    """Wait for the preferred (first) candidate when it would finish before the substitute."""
+def _prefer_waiting(working, spec, result, running, compat_check, now, models, kwargs, banked: dict[str, float]) -> dict | None:
+    """Wait for the preferred (first) candidate when it would finish before the substitute.
+
+    `banked` holds, per device model, the device-seconds of work that already chose to
+    wait for it in this cycle: the preferred devices are then expected to be free only
+    after that work too (spread over the model's devices), so that not every waiting
+    task counts on the same soon-free device.
+    """
     substitute = models.get(result.placements[0].model)
     sub_end = now.timestamp() + (runtime_on(spec, substitute) or 0.0)
     preferred = spec.model_copy(update={"fallback": spec.fallback[:1], "any_of": []})
     start, pref = earliest_fit(working, preferred, running, compat_check, now, **kwargs)
     if pref is None:
         return None
-    pref_model = models.get(pref.placements[0].model)
-    pref_end = start.timestamp() + (runtime_on(spec, pref_model) or 0.0)
+    model_name = pref.placements[0].model
+    pref_model = models.get(model_name)
+    pref_seconds = runtime_on(spec, pref_model) or 0.0
+    queue_delay = banked.get(model_name, 0.0) / max(_devices_of(working, model_name), 1)
+    pref_end = start.timestamp() + queue_delay + pref_seconds
     if pref_end >= sub_end:
         return None
+    devices = sum(len(p.device_indices) * p.device_fraction for p in pref.placements)
+    banked[model_name] = banked.get(model_name, 0.0) + devices * pref_seconds
     info = explanation(result, True)
     info["summary"] = (
         f"waiting for preferred {pref.placements[0].model} (free at {start.isoformat(timespec='minutes')}): "
@@ -348,6 +359,10 @@ def _prefer_waiting(working, spec, result, running, compat_check, now, models, k
     )
     info["substitute_rejected"] = {"model": result.placements[0].model, "finish_at": datetime.fromtimestamp(sub_end, now.tzinfo).isoformat()}
     return info
+
+
+def _devices_of(snap: Snapshot, model: str) -> int:
+    return int(sum(snap.device_totals()[p.rows].sum() for p in snap.pools if p.model.name == model))
 
 
 def _attach_estimates(snapshot, working, waiting, running, decisions, compat_check, now, models, horizon) -> None:
