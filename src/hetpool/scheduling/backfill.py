@@ -46,15 +46,47 @@ def release_running(snap: Snapshot, task: RunningTask) -> None:
 def earliest_fit(
     snap: Snapshot, task: TaskSpec, running: list[RunningTask], compat_check: CompatCheck, now: datetime, **assign_kwargs
 ) -> tuple[datetime | None, Assignment | None]:
-    """When `task` could first start as running work ends in expected order, and where."""
+    """When `task` could first start as running work ends in expected order, and where.
+
+    More work ended never means less capacity, so "fits after the first k endings" is
+    monotone in k: a doubling search finds a k that fits, then a binary search between
+    the last two probes finds the smallest — O(log n) placement attempts, not O(n).
+    """
     ending = sorted((r for r in running if r.expected_end is not None), key=lambda r: r.expected_end)[:MAX_RELEASES]
-    scratch = snap.copy()
-    for r in ending:
-        release_running(scratch, r)
+    if not ending:
+        return None, None
+    scratch, done = snap.copy(), 0  # `scratch` has the first `done` endings released
+
+    def advance(to: int) -> None:
+        nonlocal done
+        for r in ending[done:to]:
+            release_running(scratch, r)
+        done = to
+
+    low, k = 0, 1  # invariant: the first `low` endings are not enough
+    while True:
+        base = scratch.copy()
+        advance(k)
         result = assign(scratch, task, compat_check, **assign_kwargs)
         if result.feasible:
-            return max(r.expected_end, now), result
-    return None, None
+            break
+        if k == len(ending):
+            return None, None
+        low, k = k, min(2 * k, len(ending))
+    # The smallest fitting count lies in (low, k]: bisect from the copy taken at `low`.
+    best, best_result = k, result
+    lo, hi = low + 1, k - 1
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        probe = base.copy()
+        for r in ending[low:mid]:
+            release_running(probe, r)
+        trial = assign(probe, task, compat_check, **assign_kwargs)
+        if trial.feasible:
+            best, best_result, hi = mid, trial, mid - 1
+        else:
+            lo = mid + 1
+    return max(ending[best - 1].expected_end, now), best_result
 
 
 def reserve(

@@ -170,6 +170,9 @@ def run_cycle(
     admitted_now: list[RunningTask] = []
     may_use: dict[tuple, bool] = {}
     banked: dict[str, float] = {}  # device-seconds waiting for each preferred model (see _prefer_waiting)
+    by_pool: dict[str, list[RunningTask]] = {}  # running work (and this cycle's admissions) per pool
+    for r in running:
+        _index(by_pool, r)
 
     def _may_use(spec: TaskSpec, reservation: Reservation) -> bool:
         # Memoised: the answer depends only on the task's shape and runtime estimate.
@@ -217,7 +220,7 @@ def run_cycle(
 
         if result.feasible and result.fallback_used and policy.wait_for_preferred and spec.ordered and spec.runtime_estimate_s:
             _release(working, spec, result)
-            waited = _prefer_waiting(working, spec, result, running + admitted_now, compat_check, now, models, target_kwargs, banked)
+            waited = _prefer_waiting(working, spec, result, by_pool, compat_check, now, models, target_kwargs, banked)
             if waited is None:
                 _take(working, spec, result)
             else:
@@ -227,6 +230,7 @@ def run_cycle(
 
         if result.feasible:
             admitted_now.append(_as_running(item.id, spec, result, now, models))
+            _index(by_pool, admitted_now[-1])
             for p in result.placements:
                 fair.add(spec.tenant, _units(working, p.pool, len(p.device_indices) * p.device_fraction), p.cpu, p.memory_gb)
             decisions.append(Decision(item.id, True, result, explanation(result, True), q.name, spec=spec))
@@ -329,7 +333,12 @@ def _class_allows_preemption(snapshot: Snapshot, policy: SchedulingPolicySpec, v
     return True
 
 
-def _prefer_waiting(working, spec, result, running, compat_check, now, models, kwargs, banked: dict[str, float]) -> dict | None:
+def _index(by_pool: dict[str, list[RunningTask]], task: RunningTask) -> None:
+    for pool in {a.pool for a in task.allocations}:
+        by_pool.setdefault(pool, []).append(task)
+
+
+def _prefer_waiting(working, spec, result, by_pool, compat_check, now, models, kwargs, banked: dict[str, float]) -> dict | None:
     """Wait for the preferred (first) candidate when it would finish before the substitute.
 
     `banked` holds, per device model, the device-seconds of work that already chose to
@@ -340,7 +349,11 @@ def _prefer_waiting(working, spec, result, running, compat_check, now, models, k
     substitute = models.get(result.placements[0].model)
     sub_end = now.timestamp() + (runtime_on(spec, substitute) or 0.0)
     preferred = spec.model_copy(update={"fallback": spec.fallback[:1], "any_of": []})
-    start, pref = earliest_fit(working, preferred, running, compat_check, now, **kwargs)
+    # Only work on the preferred devices' pools can free them (host CPU and memory aside).
+    wanted = set(spec.fallback[:1]) | set(spec.per_worker.devices.models if spec.per_worker.devices else [])
+    pools = [p.name for p in working.pools if p.name in wanted or p.model.name in wanted]
+    relevant = list({id(r): r for pool in pools for r in by_pool.get(pool, ())}.values())
+    start, pref = earliest_fit(working, preferred, relevant, compat_check, now, **kwargs)
     if pref is None:
         return None
     model_name = pref.placements[0].model
