@@ -1,0 +1,1 @@
+"""Host discovery: what devices, drivers and runtimes a machine has, from its tools."""
