@@ -306,5 +306,9 @@ from hetpool.cli.sim_commands import register as _register_sim  # noqa: E402 (si
 
 _register_sim(app)
 
+from hetpool.cli.discover_command import register as _register_discover  # noqa: E402 (discover)
+
+_register_discover(app)
+
 if __name__ == "__main__":
     app()
