@@ -52,7 +52,10 @@ def map_model(name: str, vendor: Vendor, catalog: DeviceCatalog, warnings: list[
     match = catalog.match_product(name, vendor)
     if match is not None:
         return match.name
-    unknown = f"unknown-{vendor.value}-{slug(name)}"
+    name_slug = slug(name)
+    if name_slug.startswith(vendor.value + "-"):  # "NVIDIA GeForce …" → not unknown-nvidia-nvidia-…
+        name_slug = name_slug[len(vendor.value) + 1 :]
+    unknown = f"unknown-{vendor.value}-{name_slug}"
     warnings.append(f"{name!r} is not in the device catalog; registered as {unknown}")
     return unknown
 
