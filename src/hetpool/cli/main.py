@@ -310,5 +310,9 @@ from hetpool.cli.discover_command import register as _register_discover  # noqa:
 
 _register_discover(app)
 
+from hetpool.cli.agent_command import register as _register_agent  # noqa: E402 (agent)
+
+_register_agent(app)
+
 if __name__ == "__main__":
     app()

@@ -90,5 +90,15 @@ class HetpoolClient:
         """Finished tasks of the last `days` days as trace lines (TraceTask.to_json())."""
         return self._request("GET", "/api/v1/sim/history", params={"days": days})["tasks"]
 
+    # -- agents ----------------------------------------------------------------
+    def register_node(self, node: dict, pool: str | None, agent_version: str) -> dict:
+        return self._request("POST", "/api/v1/agent/register", json={"node": node, "pool": pool, "agent_version": agent_version})
+
+    def heartbeat(self, node: str, devices: list[dict], agent_version: str) -> dict:
+        return self._request("POST", "/api/v1/agent/heartbeat", json={"node": node, "devices": devices, "agent_version": agent_version})
+
+    def node_status(self) -> list[dict]:
+        return self._request("GET", "/api/v1/nodes/status")
+
     def health(self) -> dict:
         return self._request("GET", "/healthz")

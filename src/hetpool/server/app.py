@@ -15,7 +15,7 @@ from hetpool.core.errors import HetpoolError
 from hetpool.core.specs import format_loc
 from hetpool.server.db.session import Database
 from hetpool.server.deps import AuthError
-from hetpool.server.routers import audit, catalog, inventory, sim, tasks
+from hetpool.server.routers import agent, audit, catalog, inventory, sim, tasks
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.settings import Settings
 from hetpool.server.workers.loop import WorkerLoop
@@ -81,7 +81,7 @@ def create_app(settings: Settings | None = None, ctx: ServiceContext | None = No
     def healthz() -> dict:
         return {"ok": True, "version": __version__, "database": ctx.db.dialect}
 
-    for module in (inventory, tasks, audit, catalog, sim):
+    for module in (inventory, tasks, audit, catalog, sim, agent):
         app.include_router(module.router)
     app.include_router(web_router)
     return app

@@ -23,6 +23,7 @@ class Settings(BaseSettings):
     worker_interval_s: float = 0.5
     compat_overrides: Path | None = None
     max_request_bytes: int = 4 * 1024 * 1024
+    heartbeat_timeout_s: float = Field(default=30.0, gt=0, description="a node whose agent is silent this long is offline")
 
     def resolved_database_url(self) -> str:
         if self.database_url:

@@ -135,3 +135,15 @@ class ApiTokenRow(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class NodeStatusRow(Base):
+    """What a node's agent last reported: liveness and per-device health and use."""
+
+    __tablename__ = "node_status"
+
+    node: Mapped[str] = mapped_column(String(200), primary_key=True)
+    state: Mapped[str] = mapped_column(String(16))  # ready | offline
+    last_heartbeat_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    agent_version: Mapped[str] = mapped_column(String(32))
+    devices: Mapped[list] = mapped_column(JSON)  # [{index, model, health, utilisation_pct, memory_used_mib}]

@@ -115,11 +115,13 @@ class SnapshotCache:
     snapshot: Snapshot | None = None
     held: dict[tuple[str, int, int], Allocation] = field(default_factory=dict)
     rebuilds: int = 0
+    extra: str = ""
 
     def current(self, session: Session, inv: Inventory, extra: str | None = None) -> Snapshot:
         """The snapshot for `inv`; `extra` names anything else it was built from (measured
         performance), so that a change there rebuilds it too (None: as last time)."""
-        extra = self.fingerprint[-1] if extra is None and self.fingerprint else (extra or "")
+        extra = self.extra if extra is None else extra
+        self.extra = extra
         # Any create (new max id), update (generation +1) or delete (count) changes this.
         row = session.execute(
             select(func.count(InventoryObjectRow.id), func.sum(InventoryObjectRow.generation), func.max(InventoryObjectRow.id))
@@ -133,10 +135,21 @@ class SnapshotCache:
                 .where(TaskRow.state.in_([s.value for s in ACTIVE_STATES]))
             ).scalars()
         }
+        from hetpool.server.services.nodes import health_view
+
+        # Liveness and device health are part of what the snapshot was built from.
+        offline, broken = health_view(session)
+        fingerprint = (*fingerprint, tuple(sorted(offline)), tuple(sorted((n, tuple(sorted(d))) for n, d in broken.items())))
         if self.snapshot is None or fingerprint != self.fingerprint:
             models = {m.name: m for m in inv.catalog.all()}
             self.snapshot = build_snapshot(
-                list(inv.clusters.values()), list(inv.nodes.values()), list(inv.pools.values()), models, list(active.values())
+                list(inv.clusters.values()),
+                list(inv.nodes.values()),
+                list(inv.pools.values()),
+                models,
+                list(active.values()),
+                unhealthy_nodes=offline,
+                unhealthy_devices=broken,
             )
             self.fingerprint, self.held = fingerprint, active
             self.rebuilds += 1

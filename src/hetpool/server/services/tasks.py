@@ -84,8 +84,19 @@ def active_allocations(session: Session) -> list[Allocation]:
 
 
 def current_snapshot(ctx: ServiceContext, session: Session, inv: Inventory) -> Snapshot:
+    from hetpool.server.services.nodes import health_view
+
     models = {m.name: m for m in inv.catalog.all()}
-    return build_snapshot(list(inv.clusters.values()), list(inv.nodes.values()), list(inv.pools.values()), models, active_allocations(session))
+    offline, broken = health_view(session)  # offline nodes and abnormal devices never take work
+    return build_snapshot(
+        list(inv.clusters.values()),
+        list(inv.nodes.values()),
+        list(inv.pools.values()),
+        models,
+        active_allocations(session),
+        unhealthy_nodes=offline,
+        unhealthy_devices=broken,
+    )
 
 
 def placement_options(inv: Inventory, spec: TaskSpec) -> dict:

@@ -7,6 +7,7 @@ import threading
 import time
 
 from hetpool.server.services.context import ServiceContext
+from hetpool.server.services.nodes import mark_offline
 from hetpool.server.workers.dispatcher import dispatch_once
 from hetpool.server.workers.reconciler import reconcile_once
 from hetpool.server.workers.scheduler import schedule_once
@@ -16,7 +17,7 @@ log = logging.getLogger(__name__)
 
 def run_pass(ctx: ServiceContext) -> None:
     """One scheduler → dispatcher → reconciler pass. Used by the loop and by tests."""
-    for step in (schedule_once, dispatch_once, reconcile_once):
+    for step in (mark_offline, schedule_once, dispatch_once, reconcile_once):
         try:
             step(ctx)
         except Exception:  # a failing pass must not stop the loop; the next pass retries

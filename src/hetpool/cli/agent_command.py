@@ -1,0 +1,52 @@
+"""`hetpool agent`: register this host as a node, then send heartbeats."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import typer
+
+from hetpool import __version__
+from hetpool.cli.render import console
+
+
+def register(app: typer.Typer) -> None:
+    from hetpool.cli.main import TokenOpt, UrlOpt, _client, handles_errors
+
+    @app.command()
+    @handles_errors
+    def agent(
+        cluster: str = typer.Option(..., "--cluster", help="the (existing) cluster this host belongs to"),
+        pool: str = typer.Option(None, "--pool", help="add the node to this existing pool"),
+        name: str = typer.Option(None, "--name", help="node name (default: the host name)"),
+        interval: float = typer.Option(10.0, "--interval", min=0.5, help="seconds between heartbeats"),
+        once: bool = typer.Option(False, "--once", help="register and send one heartbeat, then exit"),
+        tool_output: list[str] = typer.Option(None, "--tool-output", help="TOOL=FILE: use a saved tool output instead of running tools (repeatable)"),
+        url: str = UrlOpt,
+        token: str = TokenOpt,
+    ) -> None:
+        """Report this host's CPUs, memory and devices (from nvidia-smi, npu-smi, rocm-smi …) and keep it alive."""
+        from hetpool.agent.host import describe_host
+
+        saved = None
+        if tool_output:
+            saved = {}
+            for item in tool_output:
+                tool, sep, path = item.partition("=")
+                if not sep or not Path(path).is_file():
+                    raise typer.BadParameter(f"--tool-output {item!r}: expected TOOL=FILE with an existing file")
+                saved[tool] = Path(path).read_text(encoding="utf-8", errors="replace")
+        report = describe_host(cluster, name, saved)
+        for warning in report.warnings:
+            console.print(f"[yellow]warning[/yellow]: {warning}")
+        with _client(url, token) as client:
+            client.register_node(report.node, pool, __version__)
+            devices = ", ".join(f"{g['count']}x{g['model']}" for g in report.node["devices"])
+            console.print(f"registered node {report.node['name']} in {cluster}: {report.node['cpu_cores']} CPUs, {devices}")
+            while True:
+                client.heartbeat(report.node["name"], report.devices, __version__)
+                if once:
+                    return
+                time.sleep(interval)
+                report = describe_host(cluster, name, saved)  # fresh health and use each beat

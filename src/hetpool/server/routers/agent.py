@@ -1,0 +1,57 @@
+"""Host agents: register a node, send heartbeats; everyone can read node status."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends
+from pydantic import BaseModel, ConfigDict, Field
+
+from hetpool.server.deps import get_ctx, get_principal
+from hetpool.server.services import nodes as node_service
+from hetpool.server.services.auth import Principal
+from hetpool.server.services.context import ServiceContext
+
+router = APIRouter(prefix="/api/v1", tags=["agent"])
+
+
+class RegisterRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    node: dict[str, Any] = Field(description="a Node spec (kind may be omitted)")
+    pool: str | None = Field(default=None, description="add the node to this existing pool")
+    agent_version: str = Field(default="", max_length=32)
+
+
+class DeviceReport(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    index: int = Field(ge=0)
+    model: str = ""
+    health: str = "ok"
+    utilisation_pct: float | None = Field(default=None, ge=0, le=100)
+    memory_used_mib: int | None = Field(default=None, ge=0)
+
+
+class HeartbeatRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    node: str = Field(min_length=1, max_length=200)
+    devices: list[DeviceReport] = Field(default=[], max_length=1024)
+    agent_version: str = Field(default="", max_length=32)
+
+
+@router.post("/agent/register", summary="Create or update the agent's node (and join a pool)")
+def register(body: RegisterRequest, ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get_principal)) -> dict:
+    with ctx.db.transaction() as session:
+        return node_service.register(ctx, session, body.node, body.pool, user.name, body.agent_version)
+
+
+@router.post("/agent/heartbeat", summary="Liveness and per-device health and use")
+def heartbeat(body: HeartbeatRequest, ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get_principal)) -> dict:
+    with ctx.db.transaction() as session:
+        row = node_service.heartbeat(ctx, session, body.node, [d.model_dump() for d in body.devices], user.name, body.agent_version)
+        return {"node": row.node, "state": row.state}
+
+
+@router.get("/nodes/status", summary="Liveness and device health of every node with an agent")
+def status(ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get_principal)) -> list[dict]:
+    with ctx.db.transaction() as session:
+        return node_service.status_list(session)

@@ -1,0 +1,112 @@
+"""Host agents: registration, heartbeats, liveness. Offline nodes and abnormal devices
+are kept out of scheduling (see sched_state.SnapshotCache)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from hetpool.core.errors import NotFoundError, SpecError
+from hetpool.core.specs import parse_spec, spec_to_document
+from hetpool.server.db.models import InventoryObjectRow, NodeStatusRow
+from hetpool.server.services import audit
+from hetpool.server.services.context import ServiceContext
+from hetpool.server.services.inventory import apply_specs, load_inventory
+
+READY, OFFLINE = "ready", "offline"
+HEALTH_VALUES = ("ok", "warning", "abnormal", "unknown")
+
+
+def _aware(ts: datetime) -> datetime:
+    return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
+
+
+def register(ctx: ServiceContext, session: Session, node_doc: dict, pool: str | None, actor: str, agent_version: str) -> dict:
+    """Create or update the agent's Node (and add it to `pool`), then record it as ready."""
+    spec = parse_spec({**node_doc, "kind": "Node"}, "node")
+    specs = [spec]
+    if pool:
+        inv = load_inventory(ctx, session)
+        existing = inv.pools.get(pool)
+        if existing is None:
+            raise SpecError(f"pool: unknown pool {pool!r}; known: {', '.join(sorted(inv.pools)) or 'none'}")
+        if spec.name not in existing.nodes:
+            specs.append(existing.model_copy(update={"nodes": [*existing.nodes, spec.name]}))
+    results = apply_specs(ctx, session, specs, actor)
+    heartbeat(ctx, session, spec.name, [], actor, agent_version)
+    return {"node": spec_to_document(spec), "results": results}
+
+
+def heartbeat(ctx: ServiceContext, session: Session, node: str, devices: list[dict], actor: str, agent_version: str) -> NodeStatusRow:
+    exists = session.execute(select(InventoryObjectRow.id).where(InventoryObjectRow.kind == "Node", InventoryObjectRow.name == node)).scalar()
+    if exists is None:
+        raise NotFoundError(f"node {node!r} is not registered; run the agent's registration first")
+    for i, device in enumerate(devices):
+        if device.get("health", "ok") not in HEALTH_VALUES:
+            raise SpecError(f"devices[{i}].health: must be one of {', '.join(HEALTH_VALUES)}")
+    now = ctx.clock.now()
+    row = session.get(NodeStatusRow, node)
+    before = None if row is None else {"state": row.state, "abnormal": _abnormal(row.devices)}
+    if row is None:
+        row = NodeStatusRow(node=node, state=READY, last_heartbeat_at=now, agent_version=agent_version, devices=devices)
+        session.add(row)
+    else:
+        row.state, row.last_heartbeat_at, row.agent_version, row.devices = READY, now, agent_version, devices
+    after = {"state": READY, "abnormal": _abnormal(devices)}
+    if before != after:  # audit changes of liveness or health, not every heartbeat
+        audit.record(session, actor=actor, action="node.status", object_kind="Node", object_id=node, before=before, after=after, ts=now)
+    return row
+
+
+def _abnormal(devices: list[dict]) -> list[int]:
+    return sorted(int(d["index"]) for d in devices if d.get("health") == "abnormal")
+
+
+def mark_offline(ctx: ServiceContext) -> list[str]:
+    """Nodes whose agent missed its heartbeats become offline (audited)."""
+    now = ctx.clock.now()
+    cutoff = now - timedelta(seconds=ctx.settings.heartbeat_timeout_s)
+    changed = []
+    with ctx.db.transaction() as session:
+        for row in session.execute(select(NodeStatusRow).where(NodeStatusRow.state == READY)).scalars():
+            if _aware(row.last_heartbeat_at) < cutoff:
+                row.state = OFFLINE
+                changed.append(row.node)
+                audit.record(
+                    session,
+                    actor="monitor",
+                    action="node.status",
+                    object_kind="Node",
+                    object_id=row.node,
+                    before={"state": READY},
+                    after={"state": OFFLINE},
+                    ts=now,
+                )
+    return changed
+
+
+def health_view(session: Session) -> tuple[set[str], dict[str, set[int]]]:
+    """(offline nodes, abnormal device indices per node) for the scheduler."""
+    offline, broken = set(), {}
+    for row in session.execute(select(NodeStatusRow)).scalars():
+        if row.state == OFFLINE:
+            offline.add(row.node)
+        bad = set(_abnormal(row.devices))
+        if bad:
+            broken[row.node] = bad
+    return offline, broken
+
+
+def status_list(session: Session) -> list[dict]:
+    return [
+        {
+            "node": r.node,
+            "state": r.state,
+            "last_heartbeat_at": _aware(r.last_heartbeat_at).isoformat(),
+            "agent_version": r.agent_version,
+            "devices": r.devices,
+        }
+        for r in session.execute(select(NodeStatusRow).order_by(NodeStatusRow.node)).scalars()
+    ]
