@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from hetpool.catalog.devices import DeviceCatalog
+from hetpool.core.errors import BackendUnavailableError
 
 
 class NodeState(StrEnum):
@@ -76,8 +77,11 @@ class InventoryConnector(ABC):
         """Observe the engine now. Raises ConnectorError when the engine cannot be read."""
 
 
-class ConnectorError(RuntimeError):
+class ConnectorError(BackendUnavailableError):
     """The engine could not be read (command failed, API unreachable, bad credentials)."""
+
+    def __init__(self, message: str, **kwargs) -> None:  # also accepts plain positional use like RuntimeError
+        super().__init__(message, **kwargs)
 
 
 def unknown_model(vendor: str, name: str) -> str:

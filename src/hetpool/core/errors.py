@@ -40,3 +40,9 @@ class InvalidTransitionError(HetpoolError):
 
 class PermissionDeniedError(HetpoolError):
     code = "permission_denied"
+
+
+class BackendUnavailableError(HetpoolError):
+    """An engine (Slurm, Kubernetes, Ray …) could not be read or reached."""
+
+    code = "backend_unavailable"

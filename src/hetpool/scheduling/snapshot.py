@@ -204,8 +204,12 @@ def build_snapshot(
     allocations: list[Allocation] = (),
     unhealthy_nodes: set[str] = frozenset(),
     unhealthy_devices: dict[str, set[int]] | None = None,
+    external_busy: dict[str, dict[str, int]] | None = None,
 ) -> Snapshot:
     """Arrays over the inventory with `allocations` subtracted.
+
+    `external_busy` (node -> model -> count) are devices an engine such as Slurm reports in
+    use by work hetpool did not place: that many of the node's free devices are held.
 
     Pools whose model is not in `models` or whose cluster is unknown are skipped: the
     inventory service refuses such references, so this only guards stale data.
@@ -285,4 +289,13 @@ def build_snapshot(
                 snap.free_mem[n] -= alloc.memory_gb
             continue
         snap.take(row, alloc.device_indices, alloc.device_fraction, alloc.cpu, alloc.memory_gb)
+    for node_name, per_model in (external_busy or {}).items():
+        for view in views:
+            count = per_model.get(view.spec.model, 0)
+            row = snap.row_of(node_name, view.name) if count > 0 else None
+            if row is None:
+                continue
+            free = np.flatnonzero(snap.dev_free[row] >= 1.0 - 1e-9)[:count]
+            if len(free):
+                snap.take(row, tuple(int(i) for i in free), 1.0, 0.0, 0.0)
     return snap

@@ -15,7 +15,8 @@ from hetpool.core.errors import HetpoolError
 from hetpool.core.specs import format_loc
 from hetpool.server.db.session import Database
 from hetpool.server.deps import AuthError
-from hetpool.server.routers import agent, audit, catalog, inventory, sim, tasks
+from hetpool.server.routers import agent, audit, catalog, connectors, inventory, sim, tasks
+from hetpool.server.services.connector_sync import sync_due
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.settings import Settings
 from hetpool.server.workers.loop import WorkerLoop
@@ -23,7 +24,15 @@ from hetpool.web.routes import router as web_router
 
 log = logging.getLogger(__name__)
 
-_STATUS = {"invalid_spec": 422, "unschedulable": 422, "not_found": 404, "conflict": 409, "invalid_transition": 409, "permission_denied": 403}
+_STATUS = {
+    "invalid_spec": 422,
+    "unschedulable": 422,
+    "not_found": 404,
+    "conflict": 409,
+    "invalid_transition": 409,
+    "permission_denied": 403,
+    "backend_unavailable": 502,
+}
 
 
 def make_context(settings: Settings) -> ServiceContext:
@@ -39,13 +48,18 @@ def create_app(settings: Settings | None = None, ctx: ServiceContext | None = No
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        loop = WorkerLoop(ctx, settings.worker_interval_s) if settings.run_workers else None
-        if loop:
+        loops = []
+        if settings.run_workers:
+            loops.append(WorkerLoop(ctx, settings.worker_interval_s))
+            if settings.run_connector_sync:
+                # Its own thread: reading an engine can take seconds and must not delay scheduling.
+                loops.append(WorkerLoop(ctx, min(5.0, settings.connector_sync_interval_s), steps=(sync_due,), name="hetpool-connectors"))
+        for loop in loops:
             loop.start()
         try:
             yield
         finally:
-            if loop:
+            for loop in loops:
                 loop.stop()
 
     app = FastAPI(
@@ -81,7 +95,7 @@ def create_app(settings: Settings | None = None, ctx: ServiceContext | None = No
     def healthz() -> dict:
         return {"ok": True, "version": __version__, "database": ctx.db.dialect}
 
-    for module in (inventory, tasks, audit, catalog, sim, agent):
+    for module in (inventory, tasks, audit, catalog, sim, agent, connectors):
         app.include_router(module.router)
     app.include_router(web_router)
     return app

@@ -23,6 +23,8 @@ class Settings(BaseSettings):
     worker_interval_s: float = 0.5
     compat_overrides: Path | None = None
     max_request_bytes: int = 4 * 1024 * 1024
+    connector_sync_interval_s: float = Field(default=30.0, gt=0, description="how often Slurm / Kubernetes / Ray clusters are re-read")
+    run_connector_sync: bool = Field(default=True, description="run the periodic connector sync thread")
     heartbeat_timeout_s: float = Field(default=30.0, gt=0, description="a node whose agent is silent this long is offline")
 
     def resolved_database_url(self) -> str:

@@ -147,3 +147,25 @@ class NodeStatusRow(Base):
     last_heartbeat_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     agent_version: Mapped[str] = mapped_column(String(32))
     devices: Mapped[list] = mapped_column(JSON)  # [{index, model, health, utilisation_pct, memory_used_mib}]
+    # Who reports on the node: "agent" (heartbeats) or a connector ("slurm", "kubernetes", "ray").
+    source: Mapped[str] = mapped_column(String(16), default="agent", server_default="agent")
+    reason: Mapped[str] = mapped_column(Text, default="", server_default="")  # why not ready (Slurm Reason, k8s condition)
+    # Accelerators in use by the engine's own workloads, per catalog model (connectors only).
+    used: Mapped[dict | None] = mapped_column(JSON, default=dict)
+    labels: Mapped[dict | None] = mapped_column(JSON, default=dict)  # normalised hetpool.io/... labels and engine labels
+    taints: Mapped[list | None] = mapped_column(JSON, default=list)
+    partitions: Mapped[list | None] = mapped_column(JSON, default=list)
+
+
+class ConnectorSyncRow(Base):
+    """The last inventory sync of a cluster whose backend has a connector."""
+
+    __tablename__ = "connector_sync"
+
+    cluster: Mapped[str] = mapped_column(String(200), primary_key=True)
+    connector: Mapped[str] = mapped_column(String(16))
+    last_attempt_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    last_success_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    ok: Mapped[bool] = mapped_column(default=False)
+    error: Mapped[str] = mapped_column(Text, default="")
+    summary: Mapped[dict] = mapped_column(JSON, default=dict)  # counts, sees, warnings

@@ -16,6 +16,7 @@ from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.inventory import apply_specs, load_inventory
 
 READY, OFFLINE = "ready", "offline"
+AGENT = "agent"  # NodeStatusRow.source for nodes reported by a host agent
 HEALTH_VALUES = ("ok", "warning", "abnormal", "unknown")
 
 
@@ -52,9 +53,13 @@ def heartbeat(ctx: ServiceContext, session: Session, node: str, devices: list[di
     if row is None:
         row = NodeStatusRow(node=node, state=READY, last_heartbeat_at=now, agent_version=agent_version, devices=devices)
         session.add(row)
+    elif row.source != AGENT:
+        # A connector (Slurm, Kubernetes, Ray) owns this node's state; an agent on it adds device health.
+        before["state"] = row.state
+        row.last_heartbeat_at, row.agent_version, row.devices = now, agent_version, devices
     else:
         row.state, row.last_heartbeat_at, row.agent_version, row.devices = READY, now, agent_version, devices
-    after = {"state": READY, "abnormal": _abnormal(devices)}
+    after = {"state": row.state, "abnormal": _abnormal(devices)}
     if before != after:  # audit changes of liveness or health, not every heartbeat
         audit.record(session, actor=actor, action="node.status", object_kind="Node", object_id=node, before=before, after=after, ts=now)
     return row
@@ -70,7 +75,7 @@ def mark_offline(ctx: ServiceContext) -> list[str]:
     cutoff = now - timedelta(seconds=ctx.settings.heartbeat_timeout_s)
     changed = []
     with ctx.db.transaction() as session:
-        for row in session.execute(select(NodeStatusRow).where(NodeStatusRow.state == READY)).scalars():
+        for row in session.execute(select(NodeStatusRow).where(NodeStatusRow.state == READY, NodeStatusRow.source == AGENT)).scalars():
             if _aware(row.last_heartbeat_at) < cutoff:
                 row.state = OFFLINE
                 changed.append(row.node)
@@ -87,16 +92,19 @@ def mark_offline(ctx: ServiceContext) -> list[str]:
     return changed
 
 
-def health_view(session: Session) -> tuple[set[str], dict[str, set[int]]]:
-    """(offline nodes, abnormal device indices per node) for the scheduler."""
-    offline, broken = set(), {}
+def health_view(session: Session) -> tuple[set[str], dict[str, set[int]], dict[str, dict[str, int]]]:
+    """(nodes that must not receive work, abnormal device indices per node, devices in use
+    by each engine's own workloads per node and model) for the scheduler."""
+    unschedulable, broken, used = set(), {}, {}
     for row in session.execute(select(NodeStatusRow)).scalars():
-        if row.state == OFFLINE:
-            offline.add(row.node)
+        if row.state != READY:  # offline, draining, drained, down, unknown
+            unschedulable.add(row.node)
         bad = set(_abnormal(row.devices))
         if bad:
             broken[row.node] = bad
-    return offline, broken
+        if row.used:
+            used[row.node] = {m: int(c) for m, c in row.used.items() if int(c) > 0}
+    return unschedulable, broken, used
 
 
 def status_list(session: Session) -> list[dict]:
@@ -107,6 +115,12 @@ def status_list(session: Session) -> list[dict]:
             "last_heartbeat_at": _aware(r.last_heartbeat_at).isoformat(),
             "agent_version": r.agent_version,
             "devices": r.devices,
+            "source": r.source,
+            "reason": r.reason,
+            "used": r.used or {},
+            "labels": r.labels or {},
+            "taints": r.taints or [],
+            "partitions": r.partitions or [],
         }
         for r in session.execute(select(NodeStatusRow).order_by(NodeStatusRow.node)).scalars()
     ]

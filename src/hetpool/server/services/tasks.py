@@ -87,7 +87,7 @@ def current_snapshot(ctx: ServiceContext, session: Session, inv: Inventory) -> S
     from hetpool.server.services.nodes import health_view
 
     models = {m.name: m for m in inv.catalog.all()}
-    offline, broken = health_view(session)  # offline nodes and abnormal devices never take work
+    offline, broken, _engine_used = health_view(session)  # offline nodes and abnormal devices never take work
     return build_snapshot(
         list(inv.clusters.values()),
         list(inv.nodes.values()),

@@ -15,9 +15,12 @@ from hetpool.server.workers.scheduler import schedule_once
 log = logging.getLogger(__name__)
 
 
-def run_pass(ctx: ServiceContext) -> None:
+WORKER_STEPS = (mark_offline, schedule_once, dispatch_once, reconcile_once)
+
+
+def run_pass(ctx: ServiceContext, steps=WORKER_STEPS) -> None:
     """One scheduler → dispatcher → reconciler pass. Used by the loop and by tests."""
-    for step in (mark_offline, schedule_once, dispatch_once, reconcile_once):
+    for step in steps:
         try:
             step(ctx)
         except Exception:  # a failing pass must not stop the loop; the next pass retries
@@ -25,11 +28,12 @@ def run_pass(ctx: ServiceContext) -> None:
 
 
 class WorkerLoop:
-    def __init__(self, ctx: ServiceContext, interval_s: float) -> None:
+    def __init__(self, ctx: ServiceContext, interval_s: float, steps=WORKER_STEPS, name: str = "hetpool-workers") -> None:
         self.ctx = ctx
         self.interval_s = interval_s
+        self.steps = steps
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="hetpool-workers", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> None:
         self._thread.start()
@@ -41,5 +45,5 @@ class WorkerLoop:
     def _run(self) -> None:
         while not self._stop.is_set():
             started = time.monotonic()
-            run_pass(self.ctx)
+            run_pass(self.ctx, self.steps)
             self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
