@@ -161,9 +161,7 @@ def _python_version_from_path(path: Path) -> str:
 def _ask_python(executable: Path) -> tuple[str, list[Path]]:
     """(python version, import path) from the interpreter itself. -E: the agent's own
     PYTHON* variables describe the agent's environment, not the inspected one."""
-    out = subprocess.run(
-        [str(executable), "-E", "-c", _SYS_PATH_SCRIPT], capture_output=True, text=True, timeout=PYTHON_TIMEOUT_S, check=True
-    ).stdout
+    out = subprocess.run([str(executable), "-E", "-c", _SYS_PATH_SCRIPT], capture_output=True, text=True, timeout=PYTHON_TIMEOUT_S, check=True).stdout
     data = json.loads(out.strip().splitlines()[-1])
     return str(data["python"]), [Path(p) for p in data["paths"]]
 
@@ -220,7 +218,7 @@ def inspect_env(path: str | Path) -> EnvScan:
             site_dirs = _prefix_site_dirs(target)
             scan.python = scan.python or next((v for v in map(_python_version_from_path, site_dirs) if v), "")
         if not site_dirs:
-            scan.warnings.append(f"python env {path}: no site-packages directory found (expected a python executable, a venv/conda prefix or site-packages)")
+            scan.warnings.append(f"python env {path}: no site-packages found (give a python executable, a venv/conda prefix or site-packages)")
             return scan
     scan.site_dirs = [str(d) for d in site_dirs]
     for site_dir in site_dirs:

@@ -83,7 +83,7 @@ def _cuda_version(value: int | None) -> str | None:
 
 
 def _pci_id(pci: Any) -> str:
-    """"10de:2335" from nvmlPciInfo_t.pciDeviceId (device id in the high 16 bits)."""
+    """ "10de:2335" from nvmlPciInfo_t.pciDeviceId (device id in the high 16 bits)."""
     raw = getattr(pci, "pciDeviceId", None)
     if not isinstance(raw, int) or raw <= 0:
         return ""
@@ -109,9 +109,7 @@ def _health(call: _Calls, handle: Any, where: str) -> tuple[list[str], list[str]
     nvml = call.nvml
     abnormal: list[str] = []
     warning: list[str] = []
-    ecc = call(
-        where, "nvmlDeviceGetTotalEccErrors", handle, _const(nvml, "NVML_MEMORY_ERROR_TYPE_UNCORRECTED"), _const(nvml, "NVML_VOLATILE_ECC")
-    )
+    ecc = call(where, "nvmlDeviceGetTotalEccErrors", handle, _const(nvml, "NVML_MEMORY_ERROR_TYPE_UNCORRECTED"), _const(nvml, "NVML_VOLATILE_ECC"))
     if ecc:
         abnormal.append(f"volatile uncorrected ECC errors = {ecc}")
     if call(where, "nvmlDeviceGetRetiredPagesPendingStatus", handle):

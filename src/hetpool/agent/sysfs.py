@@ -132,7 +132,7 @@ def cpu_facts(root: str | Path = "/") -> dict:
 
 
 def normalise_bus_id(bus_id: str) -> str:
-    """"00000000:3B:00.0" (NVML), "3b:00.0" (lspci) → "0000:3b:00.0" (sysfs); "" if not one."""
+    """ "00000000:3B:00.0" (NVML), "3b:00.0" (lspci) → "0000:3b:00.0" (sysfs); "" if not one."""
     match = _BUS_ID_RE.match(bus_id.strip())
     if not match:
         return ""
@@ -178,7 +178,7 @@ def read_pci(root: str | Path = "/") -> list[PciFunction]:
 
 
 def pci_names(root: str | Path = "/") -> dict[str, str]:
-    """"vendor:device" → name from the pci.ids database, where the host has one."""
+    """ "vendor:device" → name from the pci.ids database, where the host has one."""
     for relative in ("usr/share/misc/pci.ids", "usr/share/hwdata/pci.ids", "usr/share/pci.ids"):
         text = _read(Path(root) / relative)
         if not text:
@@ -266,7 +266,7 @@ def scan_pci(root: str | Path = "/", catalog: DeviceCatalog | None = None, repor
         else:
             vendor, model = ACCELERATOR_VENDORS[first.vendor_id], f"unknown-{ACCELERATOR_VENDORS[first.vendor_id].value}-{slug(pci_id)}"
             name = pci_name or f"PCI device {pci_id}"
-            out.warnings.append(f"PCI {first.bus_id}: {name} ({pci_id}, class {first.class_code}) is not in the device catalog; registered as {model}")
+            out.warnings.append(f"PCI {first.bus_id}: {name} ({pci_id}, class {first.class_code}) is not in the catalog; registered as {model}")
         if pci_name:
             extra["pci_name"] = pci_name
         index = counters.get(vendor.value, 0)

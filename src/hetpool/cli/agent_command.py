@@ -11,6 +11,18 @@ from hetpool import __version__
 from hetpool.cli.render import console
 
 
+def _register(client, report, pool: str | None) -> dict:
+    """Register the node, with the DeviceModel documents of its uncatalogued models.
+
+    The body carries `models` only when there are some, so a CPU or fully catalogued host
+    registers against a server that does not take the field yet. The client's
+    register_node has no `models` parameter, hence the direct request."""
+    if not report.models:
+        return client.register_node(report.node, pool, __version__)
+    body = {"node": report.node, "pool": pool, "agent_version": __version__, "models": report.models}
+    return client._request("POST", "/api/v1/agent/register", json=body)
+
+
 def register(app: typer.Typer) -> None:
     from hetpool.cli.main import TokenOpt, UrlOpt, _client, handles_errors
 
@@ -23,10 +35,16 @@ def register(app: typer.Typer) -> None:
         interval: float = typer.Option(10.0, "--interval", min=0.5, help="seconds between heartbeats"),
         once: bool = typer.Option(False, "--once", help="register and send one heartbeat, then exit"),
         tool_output: list[str] = typer.Option(None, "--tool-output", help="TOOL=FILE: use a saved tool output instead of running tools (repeatable)"),
+        python_env: list[str] = typer.Option(
+            None,
+            "--python-env",
+            help="report the frameworks installed in this Python environment: a python executable, a venv/conda prefix or a site-packages "
+            "directory (repeatable)",
+        ),
         url: str = UrlOpt,
         token: str = TokenOpt,
     ) -> None:
-        """Report this host's CPUs, memory and devices (from nvidia-smi, npu-smi, rocm-smi …) and keep it alive."""
+        """Report this host's CPUs, memory, devices (NVML, nvidia-smi, npu-smi, rocm-smi …, the PCI bus) and frameworks, and keep it alive."""
         from hetpool.agent.host import describe_host
 
         saved = None
@@ -37,16 +55,25 @@ def register(app: typer.Typer) -> None:
                 if not sep or not Path(path).is_file():
                     raise typer.BadParameter(f"--tool-output {item!r}: expected TOOL=FILE with an existing file")
                 saved[tool] = Path(path).read_text(encoding="utf-8", errors="replace")
-        report = describe_host(cluster, name, saved)
+        for env in python_env or []:
+            if not Path(env).expanduser().exists():
+                raise typer.BadParameter(f"--python-env {env!r}: no such file or directory")
+        report = describe_host(cluster, name, saved, python_envs=python_env or None)
         for warning in report.warnings:
             console.print(f"[yellow]warning[/yellow]: {warning}")
         with _client(url, token) as client:
-            client.register_node(report.node, pool, __version__)
+            _register(client, report, pool)
             devices = ", ".join(f"{g['count']}x{g['model']}" for g in report.node["devices"])
             console.print(f"registered node {report.node['name']} in {cluster}: {report.node['cpu_cores']} CPUs, {devices}")
+            for model in report.models:
+                console.print(f"registered device model {model['name']} ({model['display_name']}, unverified)")
+            frameworks = report.node.get("stack", {}).get("frameworks", {})
+            if frameworks:
+                console.print("frameworks: " + ", ".join(f"{k} {v}" for k, v in sorted(frameworks.items())))
             while True:
                 client.heartbeat(report.node["name"], report.devices, __version__)
                 if once:
                     return
                 time.sleep(interval)
-                report = describe_host(cluster, name, saved)  # fresh health and use each beat
+                # Fresh health and use each beat; the frameworks are only needed at registration.
+                report = describe_host(cluster, name, saved)

@@ -250,7 +250,7 @@ def _ensure_in_pool(inv: Inventory, specs: list, cluster: ClusterSpec, node: Nod
     in it, else the automatic pool for its stack), keeping the pool's stack uniform."""
     for pool in inv.pools.values():
         if pool.cluster == cluster.name and pool.model == model and node.name in pool.nodes:
-            if pool.labels.get(AUTO_POOL_LABEL) != "true" or _stack_key(node.stack) == _pool_stack_key(inv, pool, node.name):
+            if pool.labels.get(AUTO_POOL_LABEL) != "true" or _pool_stack_key(inv, pool, node.name) in ("", _stack_key(node.stack)):
                 return
             # The node's stack changed: it leaves this automatic pool for the right one.
             rest = [n for n in pool.nodes if n != node.name]

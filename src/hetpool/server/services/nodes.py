@@ -3,6 +3,7 @@ are kept out of scheduling (see sched_state.SnapshotCache)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import select
@@ -124,3 +125,21 @@ def status_list(session: Session) -> list[dict]:
         }
         for r in session.execute(select(NodeStatusRow).order_by(NodeStatusRow.node)).scalars()
     ]
+
+
+def engine_busy(engine_used: dict[str, dict[str, int]], held: Iterable, pools: dict) -> dict[str, dict[str, int]]:
+    """Devices an engine reports in use that hetpool did not place there itself (a Slurm
+    node's GresUsed counts hetpool's own jobs too, once it dispatches to Slurm)."""
+    if not engine_used:
+        return {}
+    ours: dict[tuple[str, str], int] = {}
+    for a in held:
+        pool = pools.get(a.pool)
+        if pool is not None and a.node in engine_used:
+            ours[(a.node, pool.model)] = ours.get((a.node, pool.model), 0) + len(a.device_indices)
+    out = {}
+    for node, per_model in engine_used.items():
+        busy = {m: c - ours.get((node, m), 0) for m, c in per_model.items() if c - ours.get((node, m), 0) > 0}
+        if busy:
+            out[node] = busy
+    return out

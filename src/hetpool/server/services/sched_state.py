@@ -4,7 +4,6 @@ and an incrementally maintained snapshot."""
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -136,11 +135,11 @@ class SnapshotCache:
                 .where(TaskRow.state.in_([s.value for s in ACTIVE_STATES]))
             ).scalars()
         }
-        from hetpool.server.services.nodes import health_view
+        from hetpool.server.services.nodes import engine_busy, health_view
 
         # Liveness and device health are part of what the snapshot was built from.
         offline, broken, engine_used = health_view(session)
-        external = _external_busy(engine_used, active.values(), inv)
+        external = engine_busy(engine_used, active.values(), inv.pools)
         fingerprint = (
             *fingerprint,
             tuple(sorted(offline)),
@@ -169,24 +168,6 @@ class SnapshotCache:
             _apply(snap, active[key], release=False)
         self.held = active
         return snap
-
-
-def _external_busy(engine_used: dict[str, dict[str, int]], held: Iterable[Allocation], inv: Inventory) -> dict[str, dict[str, int]]:
-    """Devices an engine reports in use that hetpool did not place there itself (a Slurm
-    node's GresUsed counts hetpool's own jobs too, once it dispatches to Slurm)."""
-    if not engine_used:
-        return {}
-    ours: dict[tuple[str, str], int] = {}
-    for a in held:
-        pool = inv.pools.get(a.pool)
-        if pool is not None and a.node in engine_used:
-            ours[(a.node, pool.model)] = ours.get((a.node, pool.model), 0) + len(a.device_indices)
-    out = {}
-    for node, per_model in engine_used.items():
-        busy = {m: c - ours.get((node, m), 0) for m, c in per_model.items() if c - ours.get((node, m), 0) > 0}
-        if busy:
-            out[node] = busy
-    return out
 
 
 def _apply(snap: Snapshot, a: Allocation, *, release: bool) -> None:

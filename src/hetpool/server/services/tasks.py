@@ -84,18 +84,20 @@ def active_allocations(session: Session) -> list[Allocation]:
 
 
 def current_snapshot(ctx: ServiceContext, session: Session, inv: Inventory) -> Snapshot:
-    from hetpool.server.services.nodes import health_view
+    from hetpool.server.services.nodes import engine_busy, health_view
 
     models = {m.name: m for m in inv.catalog.all()}
-    offline, broken, _engine_used = health_view(session)  # offline nodes and abnormal devices never take work
+    offline, broken, engine_used = health_view(session)  # offline nodes and abnormal devices never take work
+    allocations = active_allocations(session)
     return build_snapshot(
         list(inv.clusters.values()),
         list(inv.nodes.values()),
         list(inv.pools.values()),
         models,
-        active_allocations(session),
+        allocations,
         unhealthy_nodes=offline,
         unhealthy_devices=broken,
+        external_busy=engine_busy(engine_used, allocations, inv.pools),
     )
 
 
