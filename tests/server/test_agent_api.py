@@ -78,3 +78,16 @@ def test_bad_agent_input_is_rejected_clearly(demo: TestClient) -> None:
     assert no_pool.status_code == 422 and "unknown pool 'nope'" in no_pool.json()["message"]
     bad_node = demo.post("/api/v1/agent/register", json={"node": {**NODE, "cpu_cores": 0}})
     assert bad_node.status_code == 422 and "cpu_cores" in bad_node.json()["message"]
+
+
+def test_unknown_devices_are_registered_as_placeholder_models(demo: TestClient) -> None:
+    model = {"name": "unknown-nvidia-b300", "vendor": "nvidia", "class": "gpu", "display_name": "NVIDIA B300", "memory_gb": 270}
+    node = {**NODE, "name": "agent-b300", "devices": [{"model": "unknown-nvidia-b300", "count": 8}]}
+    response = demo.post("/api/v1/agent/register", json={"node": node, "models": [model]})
+    assert response.status_code == 200, response.text
+    stored = demo.get("/api/v1/objects/devicemodels/unknown-nvidia-b300").json()
+    assert stored["verified"] is False and stored["memory_gb"] == 270
+    assert demo.get("/api/v1/objects/nodes/agent-b300").json()["devices"] == [{"model": "unknown-nvidia-b300", "count": 8, "islands": []}]
+    # An agent cannot redefine a catalog model.
+    hijack = demo.post("/api/v1/agent/register", json={"node": NODE, "models": [{**model, "name": "nvidia-h800"}]})
+    assert hijack.status_code == 422 and "models[0].name" in hijack.json()["message"]

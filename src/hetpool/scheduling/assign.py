@@ -21,6 +21,7 @@ from hetpool.scheduling.filters import (
     REASON_DEVICES,
     REASON_DEVICES_TOTAL,
     REASON_EXCLUDED,
+    REASON_FEATURES,
     REASON_GANG,
     REASON_QUEUE_POOLS,
     REASON_RESERVED_NODE,
@@ -28,6 +29,7 @@ from hetpool.scheduling.filters import (
     CompatCheck,
     class_matches,
     pool_verdict,
+    rows_lacking_features,
     slice_fraction,
     workers_fit,
     workers_fit_per_row,
@@ -403,6 +405,11 @@ def assign(
                 attempt.details.append(f"{pool.name}: {verdict.detail}")
                 continue
             pool_rows = pool.row_array
+            if task.features:
+                lacking = rows_lacking_features(snap, pool, pool_rows, task)
+                if lacking.any():
+                    attempt.reasons[REASON_FEATURES] += int(lacking.sum())
+                    pool_rows = pool_rows[~lacking]
             if whole_demand and snap.pool_free_whole[pool.index] < demand.count:
                 # A full pool: skip its rows without looking (the common case on a busy estate).
                 too_small = int((snap.device_totals()[pool_rows] < demand.count).sum())

@@ -78,9 +78,11 @@ def pool_verdict(pool: PoolView, task: TaskSpec, compat_check: CompatCheck) -> P
             return PoolVerdict(False, REASON_FRACTION, f"pool {pool.name} is not shareable; the task asks for a slice of a device")
         if fraction > 1 and (demand.memory_gb or demand.cores_percent):
             return PoolVerdict(False, REASON_SLICE_TOO_BIG, f"{model.name} has {model.memory_gb:g} GB; the slice asks for {demand.memory_gb:g} GB")
-    missing = sorted(set(task.features) - set(model.features))
-    if missing:
-        return PoolVerdict(False, REASON_FEATURES, f"{model.name} lacks {', '.join(missing)}")
+    missing = set(task.features) - pool.features
+    if missing and not missing <= pool_node_features(pool):
+        report = pool.feature_report
+        why = [f"{f} ({report.missing[f]})" if f in report.missing else f for f in sorted(missing)]
+        return PoolVerdict(False, REASON_FEATURES, f"{model.name} lacks {', '.join(why)}")
     reservation = pool.spec.reserved_for
     if reservation is not None and not reservation_allows(reservation, task):
         return PoolVerdict(False, REASON_RESERVED, f"pool {pool.name} is reserved for {', '.join(reservation.tenants) or 'higher priorities'}")
@@ -88,6 +90,22 @@ def pool_verdict(pool: PoolView, task: TaskSpec, compat_check: CompatCheck) -> P
     if not verdict.ok:
         return PoolVerdict(False, REASON_COMPAT + ": " + verdict.reason, verdict.detail)
     return PoolVerdict(True)
+
+
+def pool_node_features(pool: PoolView) -> frozenset[str]:
+    """Features at least one of the pool's nodes adds by label (rows are then checked one by one)."""
+    cached = pool.__dict__.get("_node_features")
+    if cached is None:
+        cached = pool.__dict__["_node_features"] = frozenset().union(*pool.node_features) if pool.node_features else frozenset()
+    return cached
+
+
+def rows_lacking_features(snap: Snapshot, pool: PoolView, rows: np.ndarray, task: TaskSpec) -> np.ndarray:
+    """Mask over `rows`: nodes that lack a required feature the pool's devices do not give."""
+    missing = set(task.features) - pool.features
+    if not missing:
+        return np.zeros(len(rows), dtype=bool)
+    return np.array([not missing <= snap.node_feature_sets[int(n)] for n in snap.row_node[rows]], dtype=bool)
 
 
 def reservation_allows(reservation, task: TaskSpec) -> bool:

@@ -13,7 +13,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from hetpool.catalog.features import FeatureReport, effective_features
 from hetpool.core.inventory import ClusterSpec, DeviceModelSpec, NodeSpec, PoolSpec, SoftwareStack
+
+# Node labels `hetpool.io/feature.<name>: "true"` add node-level features (InfiniBand, a
+# Slurm feature, a local NVMe …) to what the node's devices offer.
+NODE_FEATURE_PREFIX = "hetpool.io/feature."
+
+
+def node_features(node: NodeSpec) -> frozenset[str]:
+    return frozenset(k[len(NODE_FEATURE_PREFIX) :].lower() for k, v in node.labels.items() if k.startswith(NODE_FEATURE_PREFIX) and v == "true")
 
 
 @dataclass(frozen=True)
@@ -36,10 +45,23 @@ class PoolView:
     cluster: ClusterSpec
     stack: SoftwareStack | None
     rows: list[int] = field(default_factory=list)
+    node_features: list[frozenset[str]] = field(default_factory=list)  # label features of the nodes with a row here
 
     @property
     def name(self) -> str:
         return self.spec.name
+
+    @property
+    def feature_report(self) -> FeatureReport:
+        """The chip's features as enabled (or not) by the pool's software stack."""
+        cached = self.__dict__.get("_features")
+        if cached is None:
+            cached = self.__dict__["_features"] = effective_features(self.model, self.stack)
+        return cached
+
+    @property
+    def features(self) -> frozenset[str]:
+        return self.feature_report.features
 
     @property
     def row_array(self) -> np.ndarray:
@@ -103,6 +125,7 @@ class Snapshot:
     node_by_name: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        self.node_feature_sets = [node_features(n) for n in self.node_specs]
         # Per-row attributes that never change within a snapshot, as arrays for scoring.
         pools = [self.pools[int(p)] for p in self.row_pool]
         self.row_price = np.array([p.spec.price_per_hour for p in pools], dtype=np.float64)
@@ -244,6 +267,9 @@ def build_snapshot(
                 continue
             # A CPU pool row exposes the node's sockets as "devices" (usually 1 or 2).
             view.rows.append(len(row_node))
+            extra_features = node_features(node)
+            if extra_features:
+                view.node_features.append(extra_features)
             # A node's own stack wins over the pool's default; the inventory service
             # guarantees every node of a pool ends up with the same effective stack.
             if view.stack is None:

@@ -20,6 +20,9 @@ class RegisterRequest(BaseModel):
     node: dict[str, Any] = Field(description="a Node spec (kind may be omitted)")
     pool: str | None = Field(default=None, description="add the node to this existing pool")
     agent_version: str = Field(default="", max_length=32)
+    models: list[dict[str, Any]] = Field(
+        default=[], max_length=64, description="DeviceModel documents for devices the catalog does not know (names start with unknown-)"
+    )
 
 
 class DeviceReport(BaseModel):
@@ -41,7 +44,7 @@ class HeartbeatRequest(BaseModel):
 @router.post("/agent/register", summary="Create or update the agent's node (and join a pool)")
 def register(body: RegisterRequest, ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get_principal)) -> dict:
     with ctx.db.transaction() as session:
-        return node_service.register(ctx, session, body.node, body.pool, user.name, body.agent_version)
+        return node_service.register(ctx, session, body.node, body.pool, user.name, body.agent_version, body.models)
 
 
 @router.post("/agent/heartbeat", summary="Liveness and per-device health and use")

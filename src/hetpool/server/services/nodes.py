@@ -25,10 +25,23 @@ def _aware(ts: datetime) -> datetime:
     return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
 
 
-def register(ctx: ServiceContext, session: Session, node_doc: dict, pool: str | None, actor: str, agent_version: str) -> dict:
-    """Create or update the agent's Node (and add it to `pool`), then record it as ready."""
+def register(
+    ctx: ServiceContext, session: Session, node_doc: dict, pool: str | None, actor: str, agent_version: str, models: list[dict] = ()
+) -> dict:
+    """Create or update the agent's Node (and add it to `pool`), then record it as ready.
+
+    `models` registers devices the catalog does not know as placeholder DeviceModels, so
+    they are shown and counted rather than dropped. An agent may only add `unknown-…`
+    models: it must not redefine a catalog entry.
+    """
+    placeholders = []
+    for i, doc in enumerate(models):
+        name = str(doc.get("name", ""))
+        if not name.startswith("unknown-"):
+            raise SpecError(f"models[{i}].name: an agent may only register unknown-… models, got {name!r}")
+        placeholders.append(parse_spec({**doc, "kind": "DeviceModel", "verified": False}, f"models[{i}]"))
     spec = parse_spec({**node_doc, "kind": "Node"}, "node")
-    specs = [spec]
+    specs = [*placeholders, spec]
     if pool:
         inv = load_inventory(ctx, session)
         existing = inv.pools.get(pool)
