@@ -114,6 +114,7 @@ def get(
     resolved = resolve_kind(kind)
     with _client(url, token) as client:
         items = client.list_tasks(state=state, tenant=tenant) if resolved == "Task" else client.list_objects(kind)
+        status = {s["node"]: s for s in client.node_status()} if resolved == "Node" else {}
     if emit_data(items, output):
         return
     if resolved == "Task":
@@ -128,11 +129,12 @@ def get(
         )
     elif resolved == "Node":
         table(
-            ["NAME", "CLUSTER", "CPU", "MEMORY GB", "DEVICES", "DRIVER", "RUNTIME"],
+            ["NAME", "CLUSTER", "STATUS", "CPU", "MEMORY GB", "DEVICES", "DRIVER", "RUNTIME"],
             [
                 [
                     n["name"],
                     n["cluster"],
+                    _node_status_text(status.get(n["name"])),
                     n["cpu_cores"],
                     n["memory_gb"],
                     " ".join(f"{g['count']}x{g['model']}" for g in n["devices"]) or "-",
@@ -151,6 +153,15 @@ def get(
         table(["NAME", "DESCRIPTION"], [[o["name"], o.get("description") or o.get("display_name", "")] for o in items])
 
 
+def _node_status_text(status: dict | None) -> str:
+    """ready / draining (reason) / offline …; "-" for a node nobody reports on."""
+    if status is None:
+        return "-"
+    abnormal = [d["index"] for d in status.get("devices", []) if d.get("health") == "abnormal"]
+    text = status["state"] + (f" ({status['reason'][:40]})" if status.get("reason") else "")
+    return text + (f", abnormal devices {abnormal}" if abnormal else "")
+
+
 def _task_message(task: dict) -> str:
     """The task's message, or for a queued task why it waits."""
     text = task.get("message") or (task.get("pending") or {}).get("summary") or ""
@@ -166,10 +177,15 @@ def _runtime_text(runtime: dict | None) -> str:
 def describe(
     kind: str, name: str, url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = typer.Option(OutputFormat.YAML, "-o", "--output")
 ) -> None:
-    """Show one object in full (tasks: placement, explanation, timeline)."""
+    """Show one object in full (tasks: placement, explanation, timeline; pools: capability profile)."""
     resolved = resolve_kind(kind)
     with _client(url, token) as client:
-        data = client.get_task(name) if resolved == "Task" else client.get_object(kind, name)
+        if resolved == "Task":
+            data = client.get_task(name)
+        elif resolved == "Pool":
+            data = {"spec": client.get_object(kind, name), **client.pool_profile(name)}
+        else:
+            data = client.get_object(kind, name)
     emit_data(data, output if output != OutputFormat.TABLE else OutputFormat.YAML)
 
 
@@ -313,6 +329,10 @@ _register_discover(app)
 from hetpool.cli.agent_command import register as _register_agent  # noqa: E402 (agent)
 
 _register_agent(app)
+
+from hetpool.cli.sync_command import register as _register_sync  # noqa: E402 (sync)
+
+_register_sync(app)
 
 if __name__ == "__main__":
     app()

@@ -97,6 +97,15 @@ class HetpoolClient:
     def heartbeat(self, node: str, devices: list[dict], agent_version: str) -> dict:
         return self._request("POST", "/api/v1/agent/heartbeat", json={"node": node, "devices": devices, "agent_version": agent_version})
 
+    def pool_profile(self, name: str) -> dict:
+        return self._request("GET", f"/api/v1/pools/{name}/profile")
+
+    def sync_cluster(self, name: str) -> dict:
+        return self._request("POST", f"/api/v1/clusters/{name}/sync")
+
+    def connector_syncs(self) -> list[dict]:
+        return self._request("GET", "/api/v1/connectors")
+
     def node_status(self) -> list[dict]:
         return self._request("GET", "/api/v1/nodes/status")
 

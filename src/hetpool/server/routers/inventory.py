@@ -50,3 +50,11 @@ def delete_object(kind: str, name: str, ctx: ServiceContext = Depends(get_ctx), 
     with ctx.db.transaction() as session:
         inventory_service.delete_object(ctx, session, kind, name, user.name)
     return Response(status_code=204)
+
+
+@router.get("/pools/{name}/profile", summary="A pool's capability profile: features, device counts by status, task types, frameworks, substitutes")
+def pool_profile(name: str, ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get_principal)) -> dict:
+    from hetpool.server.services.profiles import pool_profile as build_profile
+
+    with ctx.db.transaction() as session:
+        return build_profile(ctx, session, name)
