@@ -100,6 +100,7 @@ SlurmctldPidFile=$BASE/run/slurmctld.pid
 SlurmdPidFile=$BASE/run/slurmd-%n.pid
 SlurmctldLogFile=$BASE/log/slurmctld.log
 SlurmdLogFile=$BASE/log/slurmd-%n.log
+# Empty: Debian's /etc/slurm/plugstack.conf pulls in whatever SPANK plugins the host has.
 PlugStackConfig=$BASE/plugstack.conf
 # No cgroups in containers / CI machines.
 ProctrackType=proctrack/linuxproc
@@ -114,10 +115,12 @@ SelectTypeParameters=CR_Core_Memory
 DefMemPerCPU=1000
 SchedulerParameters=batch_sched_delay=0,sched_min_interval=100000
 SlurmdParameters=config_overrides
+# A node whose slurmd comes back (or a DOWN node that answers again) returns by itself.
 ReturnToService=2
 KillWait=5
 MailProg=/bin/true
 MinJobAge=30
+# A stopped slurmd shows as DOWN+NOT_RESPONDING after a minute, not the default five.
 SlurmdTimeout=60
 # Dynamic nodes (scontrol create / slurmd -Z) need room beyond the static ones.
 MaxNodeCount=16
@@ -129,9 +132,16 @@ PartitionName=cpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOF
   printf '%s' "$gres_conf" >"$BASE/gres.conf.tmp"
   : >"$BASE/plugstack.conf"
+  # A running cluster started from another config (an older version of this script) would
+  # not match what the callers expect: restart it rather than reconfigure in place.
+  if alive "$BASE/run/slurmctld.pid" slurmctld \
+    && ! { cmp -s "$CONF.tmp" "$CONF" && cmp -s "$BASE/gres.conf.tmp" "$BASE/gres.conf"; }; then
+    log "config changed; restarting the cluster"
+    stop
+  fi
   mv "$CONF.tmp" "$CONF"
   mv "$BASE/gres.conf.tmp" "$BASE/gres.conf"
-  # Exported for the daemons started below; names the nodes for wait_idle.
+  # The static node names, for start_daemons and wait_up.
   NODE_NAMES=("${names[@]}")
 }
 
@@ -171,19 +181,21 @@ start_daemons() {
   done
 }
 
-wait_idle() {
+wait_up() {
   local i states
   for ((i = 0; i < 150; i++)); do
-    # %T: the long state name; every static node must be plain "idle" (no drain, not down).
+    # %T: the long state name, "*" appended when not responding. A fresh cluster goes
+    # unknown -> idle; on a second start the nodes may be busy or drained by someone: that
+    # is up too. Down, not responding, unknown or inval is not.
     states=$(SLURM_CONF="$CONF" sinfo -h -N -o '%N %T' 2>/dev/null | sort -u || true)
     local ok=1 name
     for name in "${NODE_NAMES[@]}"; do
-      grep -qx "$name idle" <<<"$states" || { ok=0; break; }
+      grep -qxE "$name (idle|mixed|allocated|completing|drained|draining|reserved|planned)" <<<"$states" || { ok=0; break; }
     done
     [ $ok = 1 ] && return
     sleep 0.2
   done
-  log "nodes not idle after 30 s:"
+  log "nodes not up after 30 s:"
   echo "$states" >&2
   exit 1
 }
@@ -193,7 +205,7 @@ start() {
   write_config
   start_munge
   start_daemons
-  wait_idle
+  wait_up
   echo "$CONF"
 }
 
@@ -226,11 +238,11 @@ stop() {
     # shellcheck disable=SC2086
     [ -n "$jobs" ] && SLURM_CONF="$CONF" timeout 10 scancel $jobs 2>/dev/null || true
   fi
-  # slurmd (static and dynamic ones the tests left behind) in parallel, then the controller, then munge.
+  # Every slurmd (static ones, and dynamic ones a test left behind), the controller and
+  # munged together: each takes ~2 s to exit, and the jobs are already cancelled, so there
+  # is nothing that has to happen in order.
   shopt -s nullglob
-  stop_pids 10 "$BASE"/run/slurmd-*.pid
-  stop_pids 10 "$BASE/run/slurmctld.pid"
-  stop_pids 5 "$BASE/munge/munged.pid"
+  stop_pids 10 "$BASE"/run/slurmd-*.pid "$BASE/run/slurmctld.pid" "$BASE/munge/munged.pid"
 }
 
 conf() {

@@ -115,7 +115,10 @@ def sync_due(ctx: ServiceContext) -> list[str]:
 
 def _placeholder_model(model: str, observed_hint: str) -> DeviceModelSpec:
     """A DeviceModel for a device the catalog does not know, so it is registered and shown."""
-    device_class = next((c for key, c in _CLASS_HINTS.items() if key in observed_hint.lower() or f"-{key}" in model), DeviceClass.GPU)
+    # The id names the engine's resource (unknown-npu-zz9 from Slurm `npu:zz9`): trust it first.
+    parts = model.split("-")
+    device_class = next((c for key, c in _CLASS_HINTS.items() if key in parts[1:3]), None)
+    device_class = device_class or next((c for key, c in _CLASS_HINTS.items() if key in observed_hint.lower()), DeviceClass.GPU)
     return DeviceModelSpec.model_validate(
         {
             "kind": "DeviceModel",
