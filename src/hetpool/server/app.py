@@ -53,7 +53,7 @@ def create_app(settings: Settings | None = None, ctx: ServiceContext | None = No
             loops.append(WorkerLoop(ctx, settings.worker_interval_s))
             if settings.run_connector_sync:
                 # Its own thread: reading an engine can take seconds and must not delay scheduling.
-                loops.append(WorkerLoop(ctx, min(5.0, settings.connector_sync_interval_s), steps=(sync_due,), name="hetpool-connectors"))
+                loops.append(WorkerLoop(ctx, min(1.0, settings.connector_sync_interval_s), steps=(sync_due,), name="hetpool-connectors"))
         for loop in loops:
             loop.start()
         try:
