@@ -1,7 +1,8 @@
 """The import rule of DESIGN.md: imports point inward only.
 
 core ← catalog ← scheduling ← governance ← server; core ← backends; core ← agent;
-scheduling ← sim. The domain and the scheduling core never import web, DB, HTTP or
+catalog ← connectors; scheduling ← sim. Backends and connectors are the adapters: they
+may use HTTP clients. The domain and the scheduling core never import web, DB, HTTP or
 backend code.
 """
 
@@ -22,6 +23,7 @@ ALLOWED = {
     "governance": {"core", "catalog", "scheduling"},
     "backends": {"core"},
     "agent": {"core", "catalog"},
+    "connectors": {"core", "catalog"},
     "sim": {"core", "catalog", "scheduling", "governance"},
 }
 FORBIDDEN_THIRD_PARTY = {"fastapi", "starlette", "sqlalchemy", "alembic", "httpx", "uvicorn", "requests", "psycopg", "jinja2", "typer"}
@@ -53,7 +55,7 @@ def test_package_imports_point_inward(package: str) -> None:
                 target = parts[1] if len(parts) > 1 else ""
                 if target and target != package and target not in ALLOWED[package] and target != "__init__":
                     violations.append(f"{module.relative_to(SRC)} imports {name}")
-            elif package != "backends" and top in FORBIDDEN_THIRD_PARTY:
+            elif package not in ("backends", "connectors") and top in FORBIDDEN_THIRD_PARTY:
                 violations.append(f"{module.relative_to(SRC)} imports {name}")
     assert not violations, "import rule broken:\n" + "\n".join(violations)
 
