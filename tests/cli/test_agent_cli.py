@@ -36,7 +36,7 @@ def test_cpu_host_registers_and_goes_offline_when_silent(server: Server, tmp_pat
     pool.write_text(f"kind: Pool\nname: agent-cpu\ncluster: gz-general\nmodel: {cpu_model}\nnodes: [agent-cpu-1]\n")
     server.cli("apply", "-f", str(pool))
     server.cli("agent", "--cluster", "gz-general", "--pool", "agent-cpu", "--name", "agent-cpu-1", "--once")  # idempotent
-    assert json.loads(server.cli("describe", "pool", "agent-cpu", "-o", "json").stdout)["nodes"] == ["agent-cpu-1"]
+    assert [n["node"] for n in json.loads(server.cli("describe", "pool", "agent-cpu", "-o", "json").stdout)["nodes"]] == ["agent-cpu-1"]
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:  # no more heartbeats: offline after 2 s
         events = json.loads(server.cli("audit", "list", "--object", "agent-cpu-1", "-o", "json").stdout)
@@ -55,3 +55,58 @@ def test_gpu_host_from_a_saved_tool_output(server: Server) -> None:
     assert node["stack"]["driver"] == "535.54.03" and node["stack"]["runtime"] == {"name": "cuda", "version": "12.2"}
     bad = server.cli("agent", "--cluster", "nope", "--once", "--name", "x", check=False)
     assert bad.returncode == 2 and "unknown cluster 'nope'" in bad.stderr
+
+
+def test_an_uncatalogued_gpu_is_registered_with_its_model(server: Server) -> None:
+    xml = FIXTURES / "nvidia-smi-xml" / "telegraf_rtx-3080-v13.xml"
+    out = server.cli("agent", "--cluster", "bj-train", "--name", "agent-3080", "--once", "--tool-output", f"nvidia-smi-xml={xml}")
+    assert "registered device model unknown-nvidia-geforce-rtx-3080 (NVIDIA GeForce RTX 3080, unverified)" in out.stdout
+    node = json.loads(server.cli("describe", "node", "agent-3080", "-o", "json").stdout)
+    assert node["devices"] == [{"model": "unknown-nvidia-geforce-rtx-3080", "count": 1, "islands": []}]
+    model = json.loads(server.cli("describe", "devicemodel", "unknown-nvidia-geforce-rtx-3080", "-o", "json").stdout)
+    assert (model["verified"], model["memory_gb"], model["runtime"], model["aliases"]) == (False, 10.0, "cuda", ["NVIDIA GeForce RTX 3080"])
+
+
+def test_python_env_frameworks_reach_the_node_stack(server: Server, tmp_path: Path) -> None:
+    site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
+    (site / "torch-2.4.1+cu121.dist-info").mkdir(parents=True)
+    (site / "torch-2.4.1+cu121.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.4.1+cu121\n\n")
+    xml = FIXTURES / "nvidia-smi-xml" / "telegraf_a100-sxm4-v12.xml"
+    out = server.cli(
+        "agent", "--cluster", "bj-train", "--name", "agent-a100-fw", "--once", "--tool-output", f"nvidia-smi-xml={xml}", "--python-env", str(site)
+    )
+    assert "frameworks: pytorch 2.4.1+cu121" in out.stdout
+    stack = json.loads(server.cli("describe", "node", "agent-a100-fw", "-o", "json").stdout)["stack"]
+    assert stack["frameworks"] == {"pytorch": "2.4.1+cu121"} and stack["python"] == "3.11" and stack["runtime"] == {"name": "cuda", "version": "12.2"}
+    bad = server.cli("agent", "--cluster", "bj-train", "--once", "--python-env", str(tmp_path / "nope"), check=False)
+    assert bad.returncode == 2 and "--python-env" in bad.stderr
+
+
+class RecordingClient:
+    """Stands in for HetpoolClient: records what the agent sends."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple] = []
+
+    def register_node(self, node: dict, pool: str | None, agent_version: str) -> dict:
+        self.sent.append(("register_node", node, pool))
+        return {}
+
+    def _request(self, method: str, path: str, **kwargs) -> dict:
+        self.sent.append((method, path, kwargs["json"]))
+        return {}
+
+
+def test_models_ride_along_only_when_there_are_some() -> None:
+    from hetpool.agent.host import HostReport
+    from hetpool.cli.agent_command import _register
+
+    node = {"name": "n", "cluster": "c", "cpu_cores": 1, "memory_gb": 1.0, "devices": []}
+    client = RecordingClient()
+    _register(client, HostReport(node=node), None)
+    assert client.sent == [("register_node", node, None)]
+    model = {"kind": "DeviceModel", "name": "unknown-nvidia-x", "vendor": "nvidia", "class": "gpu", "display_name": "X", "memory_gb": 0}
+    client = RecordingClient()
+    _register(client, HostReport(node=node, models=[model]), "p")
+    [(method, path, body)] = client.sent
+    assert (method, path, body["node"], body["pool"], body["models"]) == ("POST", "/api/v1/agent/register", node, "p", [model])

@@ -88,6 +88,11 @@ def test_unknown_devices_are_registered_as_placeholder_models(demo: TestClient) 
     stored = demo.get("/api/v1/objects/devicemodels/unknown-nvidia-b300").json()
     assert stored["verified"] is False and stored["memory_gb"] == 270
     assert demo.get("/api/v1/objects/nodes/agent-b300").json()["devices"] == [{"model": "unknown-nvidia-b300", "count": 8, "islands": []}]
+    # An operator describes it properly; the agent's next registration does not overwrite that.
+    described = {**model, "kind": "DeviceModel", "memory_gb": 288, "verified": True, "display_name": "NVIDIA B300 SXM"}
+    assert demo.post("/api/v1/apply", json={"documents": [described]}).status_code == 200
+    assert demo.post("/api/v1/agent/register", json={"node": node, "models": [model]}).status_code == 200
+    assert demo.get("/api/v1/objects/devicemodels/unknown-nvidia-b300").json()["memory_gb"] == 288
     # An agent cannot redefine a catalog model.
     hijack = demo.post("/api/v1/agent/register", json={"node": NODE, "models": [{**model, "name": "nvidia-h800"}]})
     assert hijack.status_code == 422 and "models[0].name" in hijack.json()["message"]

@@ -135,7 +135,8 @@ def scan_site_dir(site_dir: Path, warnings: list[str] | None = None) -> dict[str
             continue
         # `torch-2.4.1+cu121.dist-info`: the name is before the first dash (dashes in a
         # name are written as underscores); skip unknown names without opening a file.
-        if normalise(entry.name.split("-", 1)[0].removesuffix(".dist-info").removesuffix(".egg-info")) not in FRAMEWORK_DISTRIBUTIONS:
+        stem = entry.name.removesuffix(".dist-info").removesuffix(".egg-info").removesuffix(".egg")  # "egg-info" has a dash itself
+        if normalise(stem.split("-", 1)[0]) not in FRAMEWORK_DISTRIBUTIONS:
             continue
         meta = _metadata_file(entry)
         try:
@@ -258,7 +259,7 @@ def inspect_envs(paths: list[str | Path] | None, root: str | Path = "/") -> Fram
         result.envs.append(scan)
         result.warnings.extend(scan.warnings)
         if scan.python and not result.python:
-            result.python = scan.python  # the first environment given is the primary one
+            result.python = scan.python  # the first environment given (that names its version) is the primary one
         for framework, version in scan.frameworks.items():
             seen.setdefault(framework, []).append((version, scan.path))
     for framework, found in seen.items():

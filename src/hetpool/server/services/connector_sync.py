@@ -37,7 +37,7 @@ from hetpool.core.inventory import ClusterSpec, DeviceClass, DeviceGroup, Device
 from hetpool.server.db.models import ConnectorSyncRow, NodeStatusRow
 from hetpool.server.services import audit
 from hetpool.server.services.context import ServiceContext
-from hetpool.server.services.inventory import Inventory, _active_tasks, apply_specs, load_inventory
+from hetpool.server.services.inventory import Inventory, _active_tasks, apply_specs, load_inventory, stack_identity
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +138,7 @@ def _stack(observed: ObservedNode) -> SoftwareStack | None:
 
 
 def _stack_key(stack: SoftwareStack | None) -> str:
-    return hashlib.sha1(stack.model_dump_json().encode()).hexdigest() if stack else ""
+    return hashlib.sha1(stack_identity(stack).encode()).hexdigest() if stack else ""
 
 
 def reconcile(ctx: ServiceContext, session: Session, cluster: ClusterSpec, obs: InventoryObservation) -> dict:

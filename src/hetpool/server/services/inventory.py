@@ -79,6 +79,14 @@ def load_inventory(ctx: ServiceContext, session: Session) -> Inventory:
     return inv
 
 
+def stack_identity(stack) -> str:
+    """What makes two stacks the same for a pool: driver, runtime and frameworks. The OS
+    and Python strings an agent reports vary by patch level and do not split pools."""
+    if stack is None:
+        return ""
+    return stack.model_dump_json(include={"driver", "runtime", "frameworks"})
+
+
 def _check_references(inv: Inventory, spec: BaseModel) -> list[dict[str, str]]:
     """Problems with what `spec` refers to, given the inventory it would join."""
     where = f"{spec.kind}/{spec.name}"
@@ -110,8 +118,7 @@ def _check_references(inv: Inventory, spec: BaseModel) -> list[dict[str, str]]:
                 bad(f"nodes[{i}]", f"node {node_name!r} is in cluster {node.cluster!r}, not {spec.cluster!r}")
             if model.device_class != DeviceClass.CPU and not any(g.model == spec.model for g in node.devices):
                 bad(f"nodes[{i}]", f"node {node_name!r} has no {spec.model} devices")
-            stack = node.stack or spec.stack
-            stacks.add(stack.model_dump_json() if stack else "")
+            stacks.add(stack_identity(node.stack or spec.stack))
             for other in inv.pools.values():
                 if other.name != spec.name and other.model == spec.model and node_name in other.nodes:
                     bad(f"nodes[{i}]", f"node {node_name!r} already belongs to pool {other.name!r} for {spec.model}")

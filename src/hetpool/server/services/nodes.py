@@ -35,11 +35,14 @@ def register(
     models: it must not redefine a catalog entry.
     """
     placeholders = []
+    known = load_inventory(ctx, session).catalog if models else None
     for i, doc in enumerate(models):
         name = str(doc.get("name", ""))
         if not name.startswith("unknown-"):
             raise SpecError(f"models[{i}].name: an agent may only register unknown-… models, got {name!r}")
-        placeholders.append(parse_spec({**doc, "kind": "DeviceModel", "verified": False}, f"models[{i}]"))
+        placeholder = parse_spec({**doc, "kind": "DeviceModel", "verified": False}, f"models[{i}]")
+        if name not in known:  # never overwrite a model an operator has since described properly
+            placeholders.append(placeholder)
     spec = parse_spec({**node_doc, "kind": "Node"}, "node")
     specs = [*placeholders, spec]
     if pool:
