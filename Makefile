@@ -19,12 +19,13 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/hetpool up --demo --port $(PORT) $(if $(DATA_DIR),--data-dir $(DATA_DIR))
 
-## Install what the tests need, start PostgreSQL and a Slurm cluster, run the suite on SQLite and PostgreSQL.
+## Install what the tests need, start PostgreSQL, a Slurm cluster and a Ray head, run the suite on SQLite and PostgreSQL.
 test: $(STAMP)
 	$(BIN)/ruff check src tests
-	@url=$$(deploy/postgres.sh start) && slurm_conf=$$(deploy/slurm.sh start) && \
-	  HETPOOL_TEST_POSTGRES_URL=$$url HETPOOL_TEST_SLURM_CONF=$$slurm_conf $(BIN)/pytest -q -p no:cacheprovider; rc=$$?; \
-	  deploy/slurm.sh stop; deploy/postgres.sh stop; exit $$rc
+	@url=$$(deploy/postgres.sh start) && slurm_conf=$$(deploy/slurm.sh start) && ray_url=$$(deploy/ray.sh start) && \
+	  HETPOOL_TEST_POSTGRES_URL=$$url HETPOOL_TEST_SLURM_CONF=$$slurm_conf HETPOOL_TEST_RAY_ADDRESS=$$ray_url \
+	  $(BIN)/pytest -q -p no:cacheprovider; rc=$$?; \
+	  deploy/ray.sh stop; deploy/slurm.sh stop; deploy/postgres.sh stop; exit $$rc
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests

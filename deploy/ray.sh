@@ -47,7 +47,8 @@ install_if_missing() {
   [ -x "$VENV/bin/python" ] || { log "no venv at $VENV (set HETPOOL_VENV)"; exit 1; }
   if ! "$VENV/bin/python" -c 'import ray, ray.dashboard' >/dev/null 2>&1; then
     log "installing ray[default] into $VENV"
-    "$VENV/bin/pip" install -q 'ray[default]' >&2
+    # The version the connector was tested with (the dashboard's JSON is not a stable API).
+    "$VENV/bin/pip" install -q 'ray[default]>=2.60,<3' >&2
   fi
 }
 
@@ -58,6 +59,8 @@ proc_id() {
   stat=${stat##*) }  # the command name may contain spaces; fields restart after ") "
   # shellcheck disable=SC2086
   set -- $stat
+  # A zombie has exited; it lingers until its parent (here often PID 1) reaps it.
+  case "$1" in Z | X) return 1 ;; esac
   echo "${20}"
 }
 
@@ -85,6 +88,9 @@ env_for_ray() {
   # gone; a busy node then outlives our grace period, gets SIGKILLed and is only marked
   # DEAD by the GCS health check ~15 s later. A throwaway cluster has nothing to quiesce.
   export RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S="${RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S:-0}"
+  # The autoscaler monitor writes the per-node load report (what the connector reads as
+  # "used") every 5 s by default; 1 s keeps tests short at a negligible cost.
+  export AUTOSCALER_UPDATE_INTERVAL_S="${AUTOSCALER_UPDATE_INTERVAL_S:-1}"
 }
 
 launch() {  # launch NAME LOGFILE ARGS... : start `ray start --block ARGS` detached, record its PID
@@ -104,15 +110,45 @@ head_alive() {
 
 dashboard_up() { curl -fsS -m 2 "$URL/api/version" >/dev/null 2>&1; }
 
+# /api/version answers a few seconds before the head is listed by the state API and before
+# the autoscaler's first load report (per-node use): wait for both, so a first fetch is whole.
+cluster_ready() {
+  "$VENV/bin/python" - "$URL" <<'PY' >/dev/null 2>&1
+import json, sys, urllib.request
+def get(path):
+    with urllib.request.urlopen(sys.argv[1] + path, timeout=2) as r:
+        return json.load(r)
+nodes = get("/api/v0/nodes?limit=100")["data"]["result"]["result"]
+alive = {n["node_id"] for n in nodes if n["state"] == "ALIVE"}
+usage = ((get("/api/cluster_status")["data"].get("clusterStatus") or {}).get("loadMetricsReport") or {}).get("usageByNode") or {}
+sys.exit(0 if alive and alive <= set(usage) else 1)
+PY
+}
+
 start() {
   mkdir -p "$PIDS"
-  if head_alive && dashboard_up; then
+  if head_alive && dashboard_up && cluster_ready; then
     echo "$URL"
     return
   fi
-  stop_all 2>/dev/null || true
   local t0=$SECONDS
-  install_if_missing
+  if ! head_alive; then  # else a head is starting (another caller): just wait for it below
+    stop_all 2>/dev/null || true
+    # Old sessions' logs (tens of MB each) are of no use once their processes are gone.
+    rm -rf "$BASE/tmp"
+    install_if_missing
+    start_head
+  fi
+  until dashboard_up && cluster_ready; do
+    if ! head_alive; then log "head exited; log:"; tail -n 40 "$BASE/head.log" >&2; exit 1; fi
+    if [ $((SECONDS - t0)) -ge "$START_TIMEOUT" ]; then log "dashboard not up after ${START_TIMEOUT}s"; tail -n 40 "$BASE/head.log" >&2; exit 1; fi
+    sleep 0.5
+  done
+  log "head up in $((SECONDS - t0))s at $URL (GCS 127.0.0.1:$PORT)"
+  echo "$URL"
+}
+
+start_head() {
   launch head "$BASE/head.log" --head \
     --port="$PORT" --ray-client-server-port=$((PORT + 1)) \
     --dashboard-host=127.0.0.1 --dashboard-port="$DASH_PORT" \
@@ -123,13 +159,6 @@ start() {
     --temp-dir="$BASE/tmp" --disable-usage-stats
   # Worker ports: 0 = ephemeral ports from the OS, so Ray never takes a fixed port that a
   # service started beside it (e.g. Slurm's) expects.
-  until dashboard_up; do
-    if ! head_alive; then log "head exited; log:"; tail -n 40 "$BASE/head.log" >&2; exit 1; fi
-    if [ $((SECONDS - t0)) -ge "$START_TIMEOUT" ]; then log "dashboard not up after ${START_TIMEOUT}s"; tail -n 40 "$BASE/head.log" >&2; exit 1; fi
-    sleep 0.5
-  done
-  log "head up in $((SECONDS - t0))s at $URL (GCS 127.0.0.1:$PORT)"
-  echo "$URL"
 }
 
 free_port() { "$VENV/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -162,29 +191,54 @@ add_node() {
   log "node $name starting (pid $(cut -d' ' -f1 "$PIDS/node-$name.pid"))"
 }
 
+session_members() {  # session_members SID STARTTIME: "pid starttime" of processes in session SID started since
+  local f stat p
+  for f in /proc/[0-9]*/stat; do
+    read -r stat 2>/dev/null <"$f" || continue
+    stat=${stat##*) }
+    # shellcheck disable=SC2086
+    set -- $stat
+    # After ") ": state ppid pgrp session ... starttime (field 20).
+    if [ "$4" = "$SID_WANTED" ] && [ "${20}" -ge "$ST_WANTED" ] && [ "$1" != Z ]; then
+      p=${f#/proc/}; echo "${p%/stat} ${20}"
+    fi
+  done
+}
+
 stop_pidfile() {  # stop_pidfile FILE [GRACE_S]: SIGTERM the --block process, SIGKILL its leftovers
-  local file=$1 grace=${2:-10} pid st p s
+  local file=$1 grace=${2:-10} pid st p s i any deadline
   [ -f "$file" ] || return 0
   read -r pid st <"$file"
-  if ! alive "$pid" "$st"; then rm -f "$file"; return 0; fi
-  # Snapshot descendants first: once `ray start` exits they are reparented and untraceable.
-  local -a kids=() kid_st=()
-  for p in $(descendants "$pid"); do
-    if s=$(proc_id "$p"); then kids+=("$p"); kid_st+=("$s"); fi
-  done
-  kill -TERM "$pid" 2>/dev/null || true
-  local deadline=$((SECONDS + grace)) i any
+  # Snapshot the processes first: once `ray start` exits its children are reparented. They are
+  # its descendants and, since it was started with setsid, its session (which also finds
+  # children orphaned by an earlier crash of `ray start` itself).
+  local -a procs=() proc_st=()
+  if alive "$pid" "$st"; then
+    for p in $(descendants "$pid"); do
+      if s=$(proc_id "$p"); then procs+=("$p"); proc_st+=("$s"); fi
+    done
+  fi
+  while read -r p s; do
+    [ -n "$p" ] && [ "$p" != "$pid" ] && { procs+=("$p"); proc_st+=("$s"); }
+  done < <(SID_WANTED=$pid ST_WANTED=$st session_members)
+  if alive "$pid" "$st"; then
+    kill -TERM "$pid" 2>/dev/null || true
+  else
+    # The leader is gone: its leftovers get the SIGTERM (`ray start` would have sent it).
+    for i in "${!procs[@]}"; do alive "${procs[$i]}" "${proc_st[$i]}" && kill -TERM "${procs[$i]}" 2>/dev/null; done
+  fi
+  deadline=$((SECONDS + grace))
   while :; do
     any=0
     alive "$pid" "$st" && any=1
-    for i in "${!kids[@]}"; do alive "${kids[$i]}" "${kid_st[$i]}" && any=1; done
+    for i in "${!procs[@]}"; do alive "${procs[$i]}" "${proc_st[$i]}" && any=1; done
     [ $any = 0 ] && break
     [ $SECONDS -ge $deadline ] && break
     sleep 0.2
   done
   alive "$pid" "$st" && kill -KILL "$pid" 2>/dev/null
-  for i in "${!kids[@]}"; do
-    alive "${kids[$i]}" "${kid_st[$i]}" && kill -KILL "${kids[$i]}" 2>/dev/null
+  for i in "${!procs[@]}"; do
+    alive "${procs[$i]}" "${proc_st[$i]}" && kill -KILL "${procs[$i]}" 2>/dev/null
   done
   rm -f "$file"
 }
