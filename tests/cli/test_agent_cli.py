@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -82,31 +84,44 @@ def test_python_env_frameworks_reach_the_node_stack(server: Server, tmp_path: Pa
     assert bad.returncode == 2 and "--python-env" in bad.stderr
 
 
-class RecordingClient:
-    """Stands in for HetpoolClient: records what the agent sends."""
+def test_killed_agent_goes_offline_within_the_timeout_and_takes_no_work(server: Server, tmp_path: Path) -> None:
+    env = {**os.environ, "HETPOOL_URL": server.url, "HETPOOL_TOKEN": server.token or ""}
+    cmd = [sys.executable, "-m", "hetpool.cli.main", "agent", "--cluster", "gz-general", "--name", "agent-live", "--interval", "0.5"]
+    agent = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        _wait_for(lambda: _status(server, "agent-live") == "ready", 20)
+        node = json.loads(server.cli("describe", "node", "agent-live", "-o", "json").stdout)
+        pool = tmp_path / "pool.yaml"
+        pool.write_text(f"kind: Pool\nname: live-cpu\ncluster: gz-general\nmodel: {node['devices'][0]['model']}\nnodes: [agent-live]\n")
+        server.cli("apply", "-f", str(pool))
+        time.sleep(2.5)  # longer than the timeout: heartbeats keep it ready
+        assert _status(server, "agent-live") == "ready"
+    finally:
+        agent.kill()  # SIGKILL: no goodbye, only silence
+        agent.wait(10)
+    killed = time.monotonic()
+    _wait_for(lambda: _status(server, "agent-live") == "offline", 15)
+    assert time.monotonic() - killed <= 2 + 3  # the timeout (2 s) plus one monitor pass and CLI start-up
+    profile = json.loads(server.cli("describe", "pool", "live-cpu", "-o", "json").stdout)
+    assert profile["devices"]["offline"] == 1 and profile["devices"]["idle"] == 0
+    others = [n["name"] for n in json.loads(server.cli("get", "nodes", "-o", "json").stdout) if n["name"] != "agent-live"]
+    task = tmp_path / "task.yaml"
+    task.write_text(f"name: cpu-job\ntenant: infra/data/etl\ntemplate: data-prep\nexclude_nodes: {json.dumps(others)}\n")
+    plan = json.loads(server.cli("plan", "-f", str(task), "-o", "json").stdout)
+    assert plan["feasible"] is False and plan["reasons"].get("node unhealthy or not schedulable") == 1, plan
 
-    def __init__(self) -> None:
-        self.sent: list[tuple] = []
 
-    def register_node(self, node: dict, pool: str | None, agent_version: str) -> dict:
-        self.sent.append(("register_node", node, pool))
-        return {}
+def _status(server: Server, node: str) -> str:
+    """The node's state as the API reports it ("" before registration)."""
+    import httpx
 
-    def _request(self, method: str, path: str, **kwargs) -> dict:
-        self.sent.append((method, path, kwargs["json"]))
-        return {}
+    rows = httpx.get(server.url + "/api/v1/nodes/status", headers={"Authorization": f"Bearer {server.token}"}, timeout=10).json()
+    return next((s["state"] for s in rows if s["node"] == node), "")
 
 
-def test_models_ride_along_only_when_there_are_some() -> None:
-    from hetpool.agent.host import HostReport
-    from hetpool.cli.agent_command import _register
-
-    node = {"name": "n", "cluster": "c", "cpu_cores": 1, "memory_gb": 1.0, "devices": []}
-    client = RecordingClient()
-    _register(client, HostReport(node=node), None)
-    assert client.sent == [("register_node", node, None)]
-    model = {"kind": "DeviceModel", "name": "unknown-nvidia-x", "vendor": "nvidia", "class": "gpu", "display_name": "X", "memory_gb": 0}
-    client = RecordingClient()
-    _register(client, HostReport(node=node, models=[model]), "p")
-    [(method, path, body)] = client.sent
-    assert (method, path, body["node"], body["pool"], body["models"]) == ("POST", "/api/v1/agent/register", node, "p", [model])
+def _wait_for(check, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout_s} s")
+        time.sleep(0.3)

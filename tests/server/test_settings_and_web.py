@@ -53,3 +53,21 @@ def test_home_page_in_english_and_chinese(ctx: ServiceContext, demo: TestClient)
 def test_openapi_is_served(demo: TestClient) -> None:
     spec = demo.get("/openapi.json").json()
     assert "/api/v1/tasks/plan" in spec["paths"] and "/api/v1/apply" in spec["paths"]
+
+
+def test_home_page_shows_nodes_needing_attention_in_both_languages(ctx: ServiceContext, demo: TestClient) -> None:
+    from hetpool.server.services.nodes import mark_offline
+
+    with TestClient(create_app(ctx=ctx)) as browser:
+        assert "All reported nodes are ready" in browser.get("/?lang=en").text
+        node = {"name": "agent-x", "cluster": "bj-train", "cpu_cores": 8, "memory_gb": 32, "devices": [{"model": "nvidia-t4", "count": 2}]}
+        assert demo.post("/api/v1/agent/register", json={"node": node}).status_code == 200
+        beat = {"node": "agent-x", "devices": [{"index": 1, "model": "nvidia-t4", "health": "abnormal"}]}
+        assert demo.post("/api/v1/agent/heartbeat", json=beat).status_code == 200
+        page = browser.get("/?lang=en").text
+        assert 'data-node="agent-x" data-state="ready"' in page and "<td>1</td>" in page
+        ctx.clock.advance(ctx.settings.heartbeat_timeout_s + 1)
+        mark_offline(ctx)
+        assert 'data-state="offline"' in browser.get("/?lang=en").text and ">offline<" in browser.get("/?lang=en").text
+        chinese = browser.get("/?lang=zh-CN").text
+        assert "需关注的节点" in chinese and ">离线<" in chinese

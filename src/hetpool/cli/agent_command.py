@@ -12,15 +12,8 @@ from hetpool.cli.render import console
 
 
 def _register(client, report, pool: str | None) -> dict:
-    """Register the node, with the DeviceModel documents of its uncatalogued models.
-
-    The body carries `models` only when there are some, so a CPU or fully catalogued host
-    registers against a server that does not take the field yet. The client's
-    register_node has no `models` parameter, hence the direct request."""
-    if not report.models:
-        return client.register_node(report.node, pool, __version__)
-    body = {"node": report.node, "pool": pool, "agent_version": __version__, "models": report.models}
-    return client._request("POST", "/api/v1/agent/register", json=body)
+    """Register the node, with DeviceModel documents for its uncatalogued devices."""
+    return client.register_node(report.node, pool, __version__, report.models)
 
 
 def register(app: typer.Typer) -> None:

@@ -91,8 +91,9 @@ class HetpoolClient:
         return self._request("GET", "/api/v1/sim/history", params={"days": days})["tasks"]
 
     # -- agents ----------------------------------------------------------------
-    def register_node(self, node: dict, pool: str | None, agent_version: str) -> dict:
-        return self._request("POST", "/api/v1/agent/register", json={"node": node, "pool": pool, "agent_version": agent_version})
+    def register_node(self, node: dict, pool: str | None, agent_version: str, models: list[dict] | None = None) -> dict:
+        body = {"node": node, "pool": pool, "agent_version": agent_version, "models": models or []}
+        return self._request("POST", "/api/v1/agent/register", json=body)
 
     def heartbeat(self, node: str, devices: list[dict], agent_version: str) -> dict:
         return self._request("POST", "/api/v1/agent/heartbeat", json={"node": node, "devices": devices, "agent_version": agent_version})
