@@ -96,3 +96,22 @@ def test_unknown_devices_are_registered_as_placeholder_models(demo: TestClient) 
     # An agent cannot redefine a catalog model.
     hijack = demo.post("/api/v1/agent/register", json={"node": NODE, "models": [{**model, "name": "nvidia-h800"}]})
     assert hijack.status_code == 422 and "models[0].name" in hijack.json()["message"]
+
+
+def test_agents_without_a_pool_form_pools_of_identical_devices_and_stacks(demo: TestClient) -> None:
+    cuda = {"driver": "535.104.05", "runtime": {"name": "cuda", "version": "12.2"}}
+    base = {"cluster": "bj-train", "cpu_cores": 16, "memory_gb": 64, "devices": [{"model": "nvidia-t4", "count": 4}]}
+    for name, stack in (("t4-a", cuda), ("t4-b", {**cuda, "os": "Ubuntu 22.04.4 LTS"}), ("t4-c", {**cuda, "driver": "550.54.15"})):
+        assert demo.post("/api/v1/agent/register", json={"node": {**base, "name": name, "stack": stack}}).status_code == 200
+    pools = {p["name"]: p for p in demo.get("/api/v1/objects/pools").json()}
+    # The OS string does not split a pool; a different driver does.
+    assert pools["bj-train-nvidia-t4"]["nodes"] == ["t4-a", "t4-b"] and pools["bj-train-nvidia-t4-2"]["nodes"] == ["t4-c"]
+    assert pools["bj-train-nvidia-t4"]["labels"] == {"hetpool.io/auto-pool": "true", "hetpool.io/source": "agent"}
+    # An operator's pool takes nodes from the automatic one, which goes when empty.
+    mine = {"kind": "Pool", "name": "t4-inference", "cluster": "bj-train", "model": "nvidia-t4", "nodes": ["t4-c"]}
+    assert demo.post("/api/v1/apply", json={"documents": [mine]}).status_code == 200
+    pools = {p["name"]: p for p in demo.get("/api/v1/objects/pools").json()}
+    assert "bj-train-nvidia-t4-2" not in pools and pools["t4-inference"]["nodes"] == ["t4-c"]
+    # Re-registering keeps the node where the operator put it.
+    assert demo.post("/api/v1/agent/register", json={"node": {**base, "name": "t4-c", "stack": {**cuda, "driver": "550.54.15"}}}).status_code == 200
+    assert {p["name"] for p in demo.get("/api/v1/objects/pools").json() if "t4-c" in p["nodes"]} == {"t4-inference"}

@@ -19,7 +19,6 @@ Every change is audited as the connector (`connector:<cluster>`).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import re
@@ -33,16 +32,15 @@ from hetpool.connectors.base import ConnectorError, InventoryConnector, Inventor
 from hetpool.connectors.registry import CONNECTOR_BACKENDS, connector_for
 from hetpool.core.base import is_valid_name
 from hetpool.core.errors import ConflictError, NotFoundError, SpecError
-from hetpool.core.inventory import ClusterSpec, DeviceClass, DeviceGroup, DeviceModelSpec, NodeSpec, PoolSpec, SoftwareStack
+from hetpool.core.inventory import ClusterSpec, DeviceClass, DeviceGroup, DeviceModelSpec, NodeSpec, SoftwareStack
 from hetpool.server.db.models import ConnectorSyncRow, NodeStatusRow
 from hetpool.server.services import audit
+from hetpool.server.services.auto_pools import AUTO_POOL_LABEL, ensure_in_pool, stage_pool
 from hetpool.server.services.context import ServiceContext
-from hetpool.server.services.inventory import Inventory, _active_tasks, apply_specs, load_inventory, stack_identity
+from hetpool.server.services.inventory import _active_tasks, apply_specs, load_inventory
 
 log = logging.getLogger(__name__)
 
-AUTO_POOL_LABEL = "hetpool.io/auto-pool"
-SOURCE_LABEL = "hetpool.io/source"
 DEFAULT_INTERVAL_S = 30.0
 # Placeholder classes for unknown devices, from the GRES / resource name the engine used.
 _CLASS_HINTS = {"gpu": DeviceClass.GPU, "npu": DeviceClass.NPU, "dpu": DeviceClass.DPU, "mlu": DeviceClass.NPU, "xpu": DeviceClass.NPU}
@@ -137,10 +135,6 @@ def _stack(observed: ObservedNode) -> SoftwareStack | None:
     return SoftwareStack.model_validate(observed.stack) if observed.stack else None
 
 
-def _stack_key(stack: SoftwareStack | None) -> str:
-    return hashlib.sha1(stack_identity(stack).encode()).hexdigest() if stack else ""
-
-
 def reconcile(ctx: ServiceContext, session: Session, cluster: ClusterSpec, obs: InventoryObservation) -> dict:
     inv = load_inventory(ctx, session)
     actor = f"connector:{cluster.name}"
@@ -180,7 +174,7 @@ def reconcile(ctx: ServiceContext, session: Session, cluster: ClusterSpec, obs: 
             specs.append(spec)
         inv.nodes[name] = spec
         for model in [g.model for g in groups] or [cpu_model]:
-            _ensure_in_pool(inv, specs, cluster, spec, model)
+            ensure_in_pool(inv, specs, cluster, spec, model, cluster.backend.value)
     # Nodes this connector reported before and does not report now.
     previous = {r.node: r for r in session.execute(select(NodeStatusRow).where(NodeStatusRow.source == obs.connector)).scalars()}
     gone = sorted(n for n, s in inv.nodes.items() if s.cluster == cluster.name and n not in observed and n in previous)
@@ -193,7 +187,7 @@ def reconcile(ctx: ServiceContext, session: Session, cluster: ClusterSpec, obs: 
         for pool in list(inv.pools.values()):
             if name in pool.nodes:
                 rest = [n for n in pool.nodes if n != name]
-                _stage(inv, specs, pool.model_copy(update={"nodes": rest}), drop=not rest)
+                stage_pool(inv, specs, pool.model_copy(update={"nodes": rest}), drop=not rest)
     dropped = [s for s in specs if isinstance(s, str)]
     specs = [s for s in specs if not isinstance(s, str)]
     for pool_name in dropped:  # before the upserts: a node may move from a dropped pool to another
@@ -246,65 +240,6 @@ def _device_totals(nodes) -> dict[str, dict[str, int]]:
             t["total"] += count
             t["used"] += node.used.get(model, 0)
     return totals
-
-
-def _ensure_in_pool(inv: Inventory, specs: list, cluster: ClusterSpec, node: NodeSpec, model: str) -> None:
-    """Put `node`'s `model` devices in a pool of this cluster (an existing one if the node is
-    in it, else the automatic pool for its stack), keeping the pool's stack uniform."""
-    for pool in inv.pools.values():
-        if pool.cluster == cluster.name and pool.model == model and node.name in pool.nodes:
-            if pool.labels.get(AUTO_POOL_LABEL) != "true" or _pool_stack_key(inv, pool, node.name) in ("", _stack_key(node.stack)):
-                return
-            # The node's stack changed: it leaves this automatic pool for the right one.
-            rest = [n for n in pool.nodes if n != node.name]
-            if rest:
-                _stage(inv, specs, pool.model_copy(update={"nodes": rest}))
-            else:
-                _stage(inv, specs, pool.model_copy(update={"nodes": rest}), drop=True)
-            break
-    key = _stack_key(node.stack)
-    base = f"{cluster.name}-{model}"
-    for suffix in [""] + [f"-{i}" for i in range(2, 50)]:
-        name = (base + suffix)[:63].strip("-._")
-        pool = inv.pools.get(name)
-        if pool is None:
-            _stage(
-                inv,
-                specs,
-                PoolSpec(
-                    name=name,
-                    cluster=cluster.name,
-                    model=model,
-                    nodes=[node.name],
-                    labels={AUTO_POOL_LABEL: "true", SOURCE_LABEL: cluster.backend.value},
-                ),
-            )
-            return
-        if pool.labels.get(AUTO_POOL_LABEL) != "true" or pool.model != model or pool.cluster != cluster.name:
-            continue
-        if _pool_stack_key(inv, pool, node.name) in ("", key) or not pool.nodes:
-            if node.name not in pool.nodes:
-                _stage(inv, specs, pool.model_copy(update={"nodes": [*pool.nodes, node.name]}))
-            return
-
-
-def _pool_stack_key(inv: Inventory, pool: PoolSpec, except_node: str) -> str:
-    """The stack shared by the pool's other nodes ("" when there are none)."""
-    for name in pool.nodes:
-        if name != except_node and name in inv.nodes:
-            return _stack_key(inv.nodes[name].stack or pool.stack)
-    return ""
-
-
-def _stage(inv: Inventory, specs: list, pool: PoolSpec, drop: bool = False) -> None:
-    """Stage a pool change; a dropped pool is remembered in `specs` as its name (a str)."""
-    specs[:] = [s for s in specs if isinstance(s, str) or not (s.kind == "Pool" and s.name == pool.name)]
-    if drop:
-        inv.pools.pop(pool.name, None)
-        specs.append(pool.name)
-        return
-    inv.pools[pool.name] = pool
-    specs.append(pool)
 
 
 def _delete(ctx: ServiceContext, session: Session, kind: str, name: str, actor: str, allowed: bool, warnings: list[str]) -> None:

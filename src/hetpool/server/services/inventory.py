@@ -26,6 +26,8 @@ from hetpool.server.services import audit
 from hetpool.server.services.context import ServiceContext
 
 INVENTORY_KINDS = [k for k in APPLY_ORDER if k != "Task"]
+# Pools created by hetpool itself (connector sync, agents): an operator's pool may take their nodes.
+AUTO_POOL_LABEL = "hetpool.io/auto-pool"
 
 
 @dataclass
@@ -138,6 +140,7 @@ def apply_specs(ctx: ServiceContext, session: Session, specs: list[BaseModel], a
     """Upsert inventory specs (already field-validated) after checking references."""
     inv = load_inventory(ctx, session)
     ordered = sorted(specs, key=lambda s: APPLY_ORDER.index(s.kind))
+    ordered = _release_from_auto_pools(ctx, session, inv, ordered, actor)
     problems: list[dict[str, str]] = []
     seen: set[tuple[str, str]] = set()
     for spec in ordered:
@@ -189,6 +192,34 @@ def apply_specs(ctx: ServiceContext, session: Session, specs: list[BaseModel], a
             results.append({"kind": spec.kind, "name": spec.name, "action": "configured"})
     session.flush()
     return results
+
+
+def _release_from_auto_pools(ctx: ServiceContext, session: Session, inv: Inventory, ordered: list, actor: str) -> list:
+    """An operator's pool that lists a node takes it from the automatic pool it is in (the
+    automatic pool shrinks, or goes when empty). The caller's transaction makes this all
+    or nothing with the rest of the batch."""
+    named = {s.name for s in ordered if isinstance(s, PoolSpec)}
+    extra: dict[str, PoolSpec] = {}
+    for spec in ordered:
+        if not isinstance(spec, PoolSpec) or spec.labels.get(AUTO_POOL_LABEL) == "true":
+            continue
+        for auto in list(inv.pools.values()):
+            auto = extra.get(auto.name, auto)
+            if auto.name in named or auto.labels.get(AUTO_POOL_LABEL) != "true" or auto.model != spec.model:
+                continue
+            taken = [n for n in auto.nodes if n in spec.nodes]
+            if not taken:
+                continue
+            rest = [n for n in auto.nodes if n not in taken]
+            if rest:
+                extra[auto.name] = auto.model_copy(update={"nodes": rest})
+            else:
+                extra.pop(auto.name, None)
+                inv.pools.pop(auto.name, None)
+                delete_object(ctx, session, "Pool", auto.name, actor)
+    for pool in extra.values():
+        inv.pools[pool.name] = pool
+    return sorted([*ordered, *extra.values()], key=lambda s: APPLY_ORDER.index(s.kind))
 
 
 def list_objects(ctx: ServiceContext, session: Session, kind: str) -> list[dict]:

@@ -13,8 +13,9 @@ from hetpool.core.errors import NotFoundError, SpecError
 from hetpool.core.specs import parse_spec, spec_to_document
 from hetpool.server.db.models import InventoryObjectRow, NodeStatusRow
 from hetpool.server.services import audit
+from hetpool.server.services.auto_pools import AUTO_POOL_LABEL, ensure_in_pool, stage_pool
 from hetpool.server.services.context import ServiceContext
-from hetpool.server.services.inventory import apply_specs, load_inventory
+from hetpool.server.services.inventory import apply_specs, delete_object, load_inventory
 
 READY, OFFLINE = "ready", "offline"
 AGENT = "agent"  # NodeStatusRow.source for nodes reported by a host agent
@@ -44,15 +45,29 @@ def register(
         if name not in known:  # never overwrite a model an operator has since described properly
             placeholders.append(placeholder)
     spec = parse_spec({**node_doc, "kind": "Node"}, "node")
-    specs = [*placeholders, spec]
+    specs: list = [*placeholders, spec]
+    inv = load_inventory(ctx, session)
+    for model in placeholders:
+        inv.add(model)
+    inv.nodes[spec.name] = spec
+    cluster = inv.clusters.get(spec.cluster)
     if pool:
-        inv = load_inventory(ctx, session)
         existing = inv.pools.get(pool)
         if existing is None:
             raise SpecError(f"pool: unknown pool {pool!r}; known: {', '.join(sorted(inv.pools)) or 'none'}")
+        # Named explicitly: the node leaves the automatic pool it may have joined before.
+        for other in list(inv.pools.values()):
+            if other.labels.get(AUTO_POOL_LABEL) == "true" and other.model == existing.model and spec.name in other.nodes:
+                rest = [n for n in other.nodes if n != spec.name]
+                stage_pool(inv, specs, other.model_copy(update={"nodes": rest}), drop=not rest)
         if spec.name not in existing.nodes:
-            specs.append(existing.model_copy(update={"nodes": [*existing.nodes, spec.name]}))
-    results = apply_specs(ctx, session, specs, actor)
+            stage_pool(inv, specs, existing.model_copy(update={"nodes": [*existing.nodes, spec.name]}))
+    elif cluster is not None:
+        for group in spec.devices:  # pools formed automatically from identical devices and stacks
+            ensure_in_pool(inv, specs, cluster, spec, group.model, "agent")
+    for name in [s for s in specs if isinstance(s, str)]:
+        delete_object(ctx, session, "Pool", name, actor)
+    results = apply_specs(ctx, session, [s for s in specs if not isinstance(s, str)], actor)
     heartbeat(ctx, session, spec.name, [], actor, agent_version)
     return {"node": spec_to_document(spec), "results": results}
 
