@@ -137,6 +137,7 @@ def _stack(observed: ObservedNode) -> SoftwareStack | None:
 
 def reconcile(ctx: ServiceContext, session: Session, cluster: ClusterSpec, obs: InventoryObservation) -> dict:
     inv = load_inventory(ctx, session)
+    stored_pools = dict(inv.pools)  # as in the database, before this sync stages changes
     actor = f"connector:{cluster.name}"
     now = ctx.clock.now()
     catalog: DeviceCatalog = inv.catalog
@@ -191,11 +192,12 @@ def reconcile(ctx: ServiceContext, session: Session, cluster: ClusterSpec, obs: 
     dropped = [s for s in specs if isinstance(s, str)]
     specs = [s for s in specs if not isinstance(s, str)]
     for pool_name in dropped:  # before the upserts: a node may move from a dropped pool to another
-        auto = _stored_labels(ctx, session, pool_name).get(AUTO_POOL_LABEL) == "true"
+        auto = stored_pools[pool_name].labels.get(AUTO_POOL_LABEL) == "true" if pool_name in stored_pools else False
         _delete(ctx, session, "Pool", pool_name, actor, auto, obs.warnings)
     results = apply_specs(ctx, session, specs, actor) if specs else []
     for name in removed:
-        _delete(ctx, session, "Node", name, actor, True, obs.warnings)
+        inv.nodes.pop(name, None)
+        _delete(ctx, session, "Node", name, actor, True, obs.warnings, inv)
         row = previous.get(name)
         if row is not None:
             session.delete(row)
@@ -221,11 +223,6 @@ def reconcile(ctx: ServiceContext, session: Session, cluster: ClusterSpec, obs: 
     }
 
 
-def _stored_labels(ctx: ServiceContext, session: Session, pool: str) -> dict[str, str]:
-    spec = load_inventory(ctx, session).pools.get(pool)
-    return dict(spec.labels) if spec else {}
-
-
 def _placement_on(node: str):
     from hetpool.server.db.models import PlacementRow
 
@@ -242,14 +239,14 @@ def _device_totals(nodes) -> dict[str, dict[str, int]]:
     return totals
 
 
-def _delete(ctx: ServiceContext, session: Session, kind: str, name: str, actor: str, allowed: bool, warnings: list[str]) -> None:
+def _delete(ctx: ServiceContext, session: Session, kind: str, name: str, actor: str, allowed: bool, warnings: list[str], inv=None) -> None:
     from hetpool.server.services.inventory import delete_object
 
     if not allowed:
         warnings.append(f"{kind} {name!r} is now empty; it was created by an operator, so it is kept")
         return
     try:
-        delete_object(ctx, session, kind, name, actor)
+        delete_object(ctx, session, kind, name, actor, inv)
     except (ConflictError, NotFoundError) as exc:
         warnings.append(f"could not delete {kind} {name!r}: {exc}")
 
