@@ -15,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 from hetpool.core.errors import SpecError
 from hetpool.core.inventory import ClusterSpec, DeviceModelSpec, NodeSpec, PoolSpec
 from hetpool.core.policy import QueueSpec, SchedulingPolicySpec
+from hetpool.core.quota import QuotaSpec
 from hetpool.core.tasks import TaskSpec, TaskTemplateSpec
 from hetpool.core.tenancy import TenantSpec
 
@@ -24,13 +25,14 @@ SPEC_KINDS: dict[str, type[BaseModel]] = {
     "Node": NodeSpec,
     "Pool": PoolSpec,
     "Tenant": TenantSpec,
+    "Quota": QuotaSpec,
     "TaskTemplate": TaskTemplateSpec,
     "Queue": QueueSpec,
     "SchedulingPolicy": SchedulingPolicySpec,
     "Task": TaskSpec,
 }
 # Order in which `apply` writes kinds, so that references resolve within one batch.
-APPLY_ORDER = ["DeviceModel", "Tenant", "Cluster", "Node", "Pool", "TaskTemplate", "Queue", "SchedulingPolicy", "Task"]
+APPLY_ORDER = ["DeviceModel", "Tenant", "Cluster", "Node", "Pool", "Quota", "TaskTemplate", "Queue", "SchedulingPolicy", "Task"]
 # Lower-case and plural names accepted on the command line and in URLs.
 KIND_ALIASES = {
     **{k.lower(): k for k in SPEC_KINDS},

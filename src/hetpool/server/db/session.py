@@ -46,7 +46,8 @@ def migrate(engine: Engine) -> None:
     cfg = alembic_config()
     with engine.begin() as connection:
         cfg.attributes["connection"] = connection
-        command.upgrade(cfg, "head")
+        # "heads": governance areas (access, approvals, cost) each add a branch of revisions.
+        command.upgrade(cfg, "heads")
 
 
 class Database:

@@ -17,6 +17,7 @@ from hetpool.catalog.devices import DeviceCatalog
 from hetpool.core.errors import ConflictError, NotFoundError, SpecError
 from hetpool.core.inventory import ClusterSpec, DeviceClass, DeviceModelSpec, NodeSpec, PoolSpec
 from hetpool.core.policy import QueueSpec, SchedulingPolicySpec
+from hetpool.core.quota import SPECIAL_RESOURCES, QuotaSpec
 from hetpool.core.specs import APPLY_ORDER, SPEC_KINDS, resolve_kind, spec_to_document
 from hetpool.core.states import ACTIVE_STATES, TaskState
 from hetpool.core.tasks import TaskTemplateSpec
@@ -42,6 +43,7 @@ class Inventory:
     templates: dict[str, TaskTemplateSpec] = field(default_factory=dict)
     queues: dict[str, QueueSpec] = field(default_factory=dict)
     policies: dict[str, SchedulingPolicySpec] = field(default_factory=dict)
+    quotas: dict[str, QuotaSpec] = field(default_factory=dict)
     custom_models: dict[str, DeviceModelSpec] = field(default_factory=dict)
 
     @property
@@ -61,6 +63,7 @@ class Inventory:
             "TaskTemplate": self.templates,
             "Queue": self.queues,
             "SchedulingPolicy": self.policies,
+            "Quota": self.quotas,
             "DeviceModel": {m.name: m for m in self.catalog.all()},
         }[kind]
 
@@ -130,9 +133,38 @@ def _check_references(inv: Inventory, spec: BaseModel) -> list[dict[str, str]]:
         for i, entry in enumerate(spec.pools):
             if entry not in inv.pools and entry not in inv.catalog:
                 bad(f"pools[{i}]", f"unknown pool or device model {entry!r}")
+    elif isinstance(spec, QuotaSpec):
+        if spec.tenant not in inv.tenants:
+            bad("tenant", f"unknown tenant {spec.tenant!r}; apply the Tenant first (or in the same batch)")
+        for i, limit in enumerate(spec.limits):
+            if limit.resource not in SPECIAL_RESOURCES and limit.resource not in inv.catalog and limit.resource not in inv.pools:
+                bad(f"limits[{i}].resource", f"{limit.resource!r} is not a device model, pool or one of {', '.join(SPECIAL_RESOURCES)}")
+        problems.extend({"loc": f"{where}: {loc}", "msg": msg} for loc, msg in quota_tree_problems(inv, spec))
     elif isinstance(spec, TenantSpec):
         if spec.parent and spec.parent not in inv.tenants:
             bad("name", f"parent tenant {spec.parent!r} does not exist; apply it first (or in the same batch)")
+    return problems
+
+
+def quota_tree_problems(inv: Inventory, spec: QuotaSpec) -> list[tuple[str, str]]:
+    """Children never exceed their parent: per (env, type, resource), the nominal amounts
+    of the quotas directly below a tenant's quota must fit in it."""
+    problems = []
+    same = [q for q in inv.quotas.values() if q.env == spec.env and q.task_type == spec.task_type]
+
+    def nearest_parent(quota: QuotaSpec) -> QuotaSpec | None:
+        ancestors = [q for q in same if q.name != quota.name and quota.tenant.startswith(q.tenant + "/")]
+        return max(ancestors, key=lambda q: q.tenant.count("/"), default=None)
+
+    for parent in {p.name: p for p in [nearest_parent(spec), spec] if p is not None}.values():
+        children = [q for q in same if q.name != parent.name and nearest_parent(q) is not None and nearest_parent(q).name == parent.name]
+        for limit in parent.limits:
+            total = sum(next((c.nominal for c in child.limits if c.resource == limit.resource), 0.0) for child in children)
+            if total > limit.nominal + 1e-9:
+                names = ", ".join(sorted(c.name for c in children))
+                problems.append(
+                    ("limits", f"quotas below {parent.tenant} ({names}) give {total:g} {limit.resource}; {parent.name} has only {limit.nominal:g}")
+                )
     return problems
 
 
@@ -266,7 +298,8 @@ def _dependents(session: Session, inv: Inventory, kind: str, name: str) -> list[
         return users + _active_tasks(session, PlacementRow.node == name)
     if kind == "Tenant":
         children = [f"Tenant/{t}" for t in inv.tenants if t.startswith(name + "/")]
-        return children + _unfinished_tasks(session, TaskRow.tenant == name)
+        quotas = [f"Quota/{q.name}" for q in inv.quotas.values() if q.tenant == name]
+        return children + quotas + _unfinished_tasks(session, TaskRow.tenant == name)
     if kind == "TaskTemplate":
         return _unfinished_tasks(session, TaskRow.template == name)
     if kind == "Pool":

@@ -1,0 +1,7 @@
+"""Placeholder router for the governance area 'approvals' (filled in by its own work)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+router = APIRouter(prefix="/api/v1", tags=["approvals"])
