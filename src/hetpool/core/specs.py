@@ -13,6 +13,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from hetpool.core.errors import SpecError
+from hetpool.core.governance import ApprovalPolicySpec, BudgetSpec, PriceListSpec, ReclaimPolicySpec
 from hetpool.core.inventory import ClusterSpec, DeviceModelSpec, NodeSpec, PoolSpec
 from hetpool.core.policy import QueueSpec, SchedulingPolicySpec
 from hetpool.core.quota import QuotaSpec
@@ -26,13 +27,21 @@ SPEC_KINDS: dict[str, type[BaseModel]] = {
     "Pool": PoolSpec,
     "Tenant": TenantSpec,
     "Quota": QuotaSpec,
+    "ApprovalPolicy": ApprovalPolicySpec,
+    "PriceList": PriceListSpec,
+    "Budget": BudgetSpec,
+    "ReclaimPolicy": ReclaimPolicySpec,
     "TaskTemplate": TaskTemplateSpec,
     "Queue": QueueSpec,
     "SchedulingPolicy": SchedulingPolicySpec,
     "Task": TaskSpec,
 }
 # Order in which `apply` writes kinds, so that references resolve within one batch.
-APPLY_ORDER = ["DeviceModel", "Tenant", "Cluster", "Node", "Pool", "Quota", "TaskTemplate", "Queue", "SchedulingPolicy", "Task"]
+APPLY_ORDER = [
+    *("DeviceModel", "Tenant", "Cluster", "Node", "Pool"),
+    *("Quota", "ApprovalPolicy", "PriceList", "Budget", "ReclaimPolicy"),
+    *("TaskTemplate", "Queue", "SchedulingPolicy", "Task"),
+]
 # Lower-case and plural names accepted on the command line and in URLs.
 KIND_ALIASES = {
     **{k.lower(): k for k in SPEC_KINDS},
@@ -41,6 +50,10 @@ KIND_ALIASES = {
     "models": "DeviceModel",
     "model": "DeviceModel",
     "templates": "TaskTemplate",
+    "approvalpolicies": "ApprovalPolicy",
+    "pricelists": "PriceList",
+    "prices": "PriceList",
+    "reclaimpolicies": "ReclaimPolicy",
     "template": "TaskTemplate",
     "tasktemplates": "TaskTemplate",
     "policy": "SchedulingPolicy",

@@ -20,3 +20,9 @@ def require(principal: Principal, action: str, tenant: str | None = None) -> Non
 def visible_tenants(principal: Principal) -> list[str] | None:
     """None: no restriction."""
     return None
+
+
+def holds_role(principal: Principal, role: str, tenant: str | None = None) -> bool:
+    """Does the principal hold `role` on `tenant` (a binding on it or an ancestor)?
+    Placeholder: only the platform admin role exists."""
+    return principal.role == "platform-admin" or principal.role == role

@@ -44,6 +44,8 @@ class Inventory:
     queues: dict[str, QueueSpec] = field(default_factory=dict)
     policies: dict[str, SchedulingPolicySpec] = field(default_factory=dict)
     quotas: dict[str, QuotaSpec] = field(default_factory=dict)
+    # Governance kinds (ApprovalPolicy, PriceList, Budget, ReclaimPolicy): kind -> name -> spec.
+    governance: dict[str, dict[str, BaseModel]] = field(default_factory=dict)
     custom_models: dict[str, DeviceModelSpec] = field(default_factory=dict)
 
     @property
@@ -55,7 +57,7 @@ class Inventory:
         return {name: t.weight for name, t in self.tenants.items()}
 
     def by_kind(self, kind: str) -> dict[str, BaseModel]:
-        return {
+        known = {
             "Cluster": self.clusters,
             "Node": self.nodes,
             "Pool": self.pools,
@@ -65,7 +67,8 @@ class Inventory:
             "SchedulingPolicy": self.policies,
             "Quota": self.quotas,
             "DeviceModel": {m.name: m for m in self.catalog.all()},
-        }[kind]
+        }
+        return known[kind] if kind in known else self.governance.setdefault(kind, {})
 
     def add(self, spec: BaseModel) -> None:
         kind = spec.kind
