@@ -82,7 +82,7 @@ def up(
 def login(url: str = typer.Argument(..., help="server URL"), token: str = typer.Option(..., "--token", prompt=True, hide_input=True)) -> None:
     """Check the token against the server and remember both (~/.config/hetpool/config.json, mode 600)."""
     with HetpoolClient(url, token) as client:
-        client.list_objects("clusters")
+        client.whoami()  # works for every role (an auditor may not list clusters)
     path = save_config(url, token)
     console.print(f"logged in to {url}; saved to {path}")
 
@@ -264,40 +264,6 @@ def cancel(task_id: str, url: str = UrlOpt, token: str = TokenOpt) -> None:
     console.print(f"{task_id}: {'cancelling' if task['state'] in ('dispatched', 'running') else task['state']}")
 
 
-@audit_app.command("list")
-@handles_errors
-def audit_list(
-    object_id: str = typer.Option(None, "--object"),
-    actor: str = typer.Option(None, "--actor"),
-    url: str = UrlOpt,
-    token: str = TokenOpt,
-    output: OutputFormat = OutOpt,
-) -> None:
-    """Audit events, oldest first."""
-    with _client(url, token) as client:
-        events = client.audit_events(object_id=object_id, actor=actor)
-    if not emit_data(events, output):
-        table(
-            ["ID", "TIME", "ACTOR", "ACTION", "OBJECT"],
-            [[e["id"], e["ts"], e["actor"], e["action"], f"{e['object_kind']}/{e['object_id']}"] for e in events],
-        )
-
-
-@audit_app.command("verify")
-@handles_errors
-def audit_verify(url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutOpt) -> None:
-    """Check the audit hash chain; exit 1 and name the first bad event if broken."""
-    with _client(url, token) as client:
-        result = client.audit_verify()
-    if not emit_data(result, output):
-        if result["ok"]:
-            console.print(f"[green]audit chain intact[/green]: {result['events']} events")
-        else:
-            console.print(f"[red]audit chain broken[/red] at event {result['first_bad_event']}: {result['problem']}")
-    if not result["ok"]:
-        raise typer.Exit(1)
-
-
 @admin_app.command("reset-token")
 def admin_reset_token(
     data_dir: Path = typer.Option(None, "--data-dir", envvar="HETPOOL_DATA_DIR"),
@@ -333,6 +299,26 @@ _register_agent(app)
 from hetpool.cli.sync_command import register as _register_sync  # noqa: E402 (sync)
 
 _register_sync(app)
+
+from hetpool.cli.audit_command import register as _register_audit  # noqa: E402 (audit list, export, verify)
+
+_register_audit(audit_app)
+
+from hetpool.cli.quota_command import register as _register_quota  # noqa: E402 (quota usage)
+
+_register_quota(app)
+
+from hetpool.cli.approvals_command import register as _register_approvals  # noqa: E402 (approvals list, get, approve, reject)
+
+_register_approvals(app)
+
+from hetpool.cli.users_command import register as _register_users  # noqa: E402 (users, tokens, whoami)
+
+_register_users(app)
+
+from hetpool.cli.cost_command import register as _register_cost  # noqa: E402 (cost report, ledger, budgets)
+
+_register_cost(app)
 
 if __name__ == "__main__":
     app()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -85,6 +86,19 @@ class HetpoolClient:
     def audit_verify(self) -> dict:
         return self._request("GET", "/api/v1/audit/verify")
 
+    def audit_export(self, fmt: str = "jsonl", **filters: Any) -> Iterator[bytes]:
+        """The export as it streams in (JSON lines or CSV), filtered like `audit_events`."""
+        params = {"format": fmt, **{k: v for k, v in filters.items() if v is not None}}
+        try:
+            with self._http.stream("GET", "/api/v1/audit/export", params=params) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    body = response.json() if response.headers.get("content-type", "").startswith("application/json") else {}
+                    raise ApiError(response.status_code, body.get("code", "error"), body.get("message") or response.text[:500], body.get("details"))
+                yield from response.iter_bytes()
+        except httpx.ConnectError as exc:
+            raise ApiError(0, "unreachable", f"cannot reach the hetpool server at {self._http.base_url}: {exc}") from None
+
     # -- simulation --------------------------------------------------------------
     def history_trace(self, days: float = 30) -> list[dict]:
         """Finished tasks of the last `days` days as trace lines (TraceTask.to_json())."""
@@ -97,6 +111,9 @@ class HetpoolClient:
 
     def heartbeat(self, node: str, devices: list[dict], agent_version: str) -> dict:
         return self._request("POST", "/api/v1/agent/heartbeat", json={"node": node, "devices": devices, "agent_version": agent_version})
+
+    def quota_usage(self) -> list[dict]:
+        return self._request("GET", "/api/v1/quotas/usage")
 
     def pool_profile(self, name: str) -> dict:
         return self._request("GET", f"/api/v1/pools/{name}/profile")
@@ -112,3 +129,57 @@ class HetpoolClient:
 
     def health(self) -> dict:
         return self._request("GET", "/healthz")
+
+    # -- approvals -------------------------------------------------------------
+    def list_approvals(self, state: str | None = None) -> list[dict]:
+        return self._request("GET", "/api/v1/approvals", params={"state": state} if state else {})
+
+    def get_approval(self, approval_id: str) -> dict:
+        return self._request("GET", f"/api/v1/approvals/{approval_id}")
+
+    def decide_approval(self, approval_id: str, *, approve: bool, comment: str = "") -> dict:
+        return self._request("POST", f"/api/v1/approvals/{approval_id}/{'approve' if approve else 'reject'}", json={"comment": comment})
+
+    # -- users and tokens --------------------------------------------------------
+    def whoami(self) -> dict:
+        return self._request("GET", "/api/v1/whoami")
+
+    def create_user(self, name: str, bindings: list[dict]) -> dict:
+        return self._request("POST", "/api/v1/users", json={"name": name, "bindings": bindings})
+
+    def list_users(self) -> list[dict]:
+        return self._request("GET", "/api/v1/users")
+
+    def get_user(self, name: str) -> dict:
+        return self._request("GET", f"/api/v1/users/{name}")
+
+    def delete_user(self, name: str) -> None:
+        self._request("DELETE", f"/api/v1/users/{name}")
+
+    def add_bindings(self, name: str, bindings: list[dict]) -> dict:
+        return self._request("POST", f"/api/v1/users/{name}/bindings", json={"bindings": bindings})
+
+    def remove_binding(self, name: str, role: str, tenant: str | None) -> dict:
+        return self._request("DELETE", f"/api/v1/users/{name}/bindings", params={"role": role, **({"tenant": tenant} if tenant else {})})
+
+    def create_token(self, user: str | None = None, label: str = "", expires_in: str | None = None) -> dict:
+        body = {"label": label, **({"expires_in": expires_in} if expires_in else {})}
+        return self._request("POST", f"/api/v1/users/{user}/tokens" if user else "/api/v1/tokens", json=body)
+
+    def list_tokens(self, user: str | None = None) -> list[dict]:
+        return self._request("GET", f"/api/v1/users/{user}/tokens" if user else "/api/v1/tokens")
+
+    def revoke_token(self, token_id: int) -> dict:
+        return self._request("DELETE", f"/api/v1/tokens/{token_id}")
+
+    # -- cost ------------------------------------------------------------------
+    def cost_report(self, by: str = "team", period: str | None = None, tenant: str | None = None) -> dict:
+        params = {k: v for k, v in {"by": by, "period": period, "tenant": tenant}.items() if v}
+        return self._request("GET", "/api/v1/cost/report", params=params)
+
+    def cost_ledger(self, period: str | None = None, tenant: str | None = None, task: str | None = None, limit: int = 1000, offset: int = 0) -> dict:
+        params = {k: v for k, v in {"period": period, "tenant": tenant, "task": task, "limit": limit, "offset": offset}.items() if v is not None}
+        return self._request("GET", "/api/v1/cost/ledger", params=params)
+
+    def budget_status(self, tenant: str | None = None) -> list[dict]:
+        return self._request("GET", "/api/v1/budgets/status", params={"tenant": tenant} if tenant else {})

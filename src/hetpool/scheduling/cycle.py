@@ -28,6 +28,7 @@ from hetpool.scheduling.filters import CompatCheck
 from hetpool.scheduling.forecast import forecast_starts
 from hetpool.scheduling.preempt import find_victims
 from hetpool.scheduling.queueing import FairShare, QueueOrder, effective_rank, route, tenant_weight
+from hetpool.scheduling.quota_view import Held
 from hetpool.scheduling.running import RunningTask
 from hetpool.scheduling.snapshot import Allocation, Snapshot
 
@@ -39,6 +40,7 @@ class QueuedTask:
     id: str
     spec: TaskSpec
     queued_at: datetime
+    quota_exempt: bool = False  # admitted over quota by approval (counted as borrowing)
 
 
 @dataclass
@@ -127,7 +129,10 @@ def run_cycle(
     tenant_weights: dict[str, float] | None = None,
     models: dict[str, DeviceModelSpec] | None = None,
     estimate: bool = True,
+    quota=None,
 ) -> CycleResult:
+    """One scheduling cycle. `quota` (a governance.quota.QuotaBook, already charged with the
+    running work) is asked before each admission; None: no quotas."""
     started = time.perf_counter()
     policy = policy or DEFAULT_POLICY
     # Kept on the snapshot (shared by its copies): the server and the simulator keep one
@@ -181,8 +186,17 @@ def run_cycle(
             may_use[key] = may_use_reserved(spec, reservation, now, models)
         return may_use[key]
 
-    while (popped := order.pop()) is not None:
-        q, item = popped
+    borrowers: list[tuple[QueueSpec, QueuedTask]] = []
+    deferring_done = False
+
+    def next_item():
+        nonlocal deferring_done
+        while (popped := order.pop()) is not None:
+            yield popped
+        deferring_done = True
+        yield from borrowers
+
+    for q, item in next_item():
         spec = item.spec
         demand = spec.per_worker.devices
         rule = policy.rule(demand.device_class if demand else None)
@@ -228,7 +242,25 @@ def run_cycle(
                 waiting.append(item)
                 continue
 
+        if result.feasible and quota and not item.quota_exempt:
+            verdict = quota.check(spec, held_by(result))
+            if not verdict.ok:
+                _release(working, spec, result)
+                info = {"summary": f"over quota: {verdict.reason}", "fits_when_idle": True, "reasons": {REASON_QUOTA: 1}, "attempts": []}
+                decisions.append(Decision(item.id, False, result, info, q.name))
+                waiting.append(item)
+                continue
+            if verdict.borrowing and not deferring_done:
+                # Work within its quota goes first (as in Kueue): a borrower is placed only
+                # after every non-borrowing task of this cycle, so that a lender reclaiming
+                # its quota is not overtaken by the very work it preempted.
+                _release(working, spec, result)
+                borrowers.append((q, item))
+                continue
+
         if result.feasible:
+            if quota:
+                quota.charge(item.id, spec, held_by(result), exempt=item.quota_exempt)
             admitted_now.append(_as_running(item.id, spec, result, now, models))
             _index(by_pool, admitted_now[-1])
             for p in result.placements:
@@ -248,11 +280,15 @@ def run_cycle(
             decisions.append(decision)
             waiting.append(item)
             continue
+        # A lender within its nominal quota takes back what its cohort's borrowers hold,
+        # whatever their priority (reclaim within cohort).
+        reclaim = (lambda r, spec=spec: quota.reclaimable_by(spec, r.id)) if quota and not item.quota_exempt else None
+        reclaimable = reclaim is not None and any(r.preemptible and r.id not in evicting and reclaim(r) for r in running)
         if (
             idle_fits[shape]
             and rule.preemption
-            and rank > lowest_preemptible
-            and any(r.priority_rank < rank and r.preemptible and r.id not in evicting for r in running)
+            and (reclaimable or rank > lowest_preemptible)
+            and (reclaimable or any(r.priority_rank < rank and r.preemptible and r.id not in evicting for r in running))
         ):
             plan = find_victims(
                 working,
@@ -262,13 +298,40 @@ def run_cycle(
                 compat_check,
                 allowed=lambda r: r.id not in evicting and _class_allows_preemption(snapshot, policy, r),
                 preemptor_id=item.id,
+                reclaimable=reclaim if reclaimable else None,
                 **kwargs,
             )
+            quota_block = _quota_blocks_plan(quota, spec, plan) if plan is not None and quota and plan.victims else ""
+            if quota_block:
+                # Try again without other tenants' guaranteed work (e.g. evict this tenant's own
+                # lower-priority task instead).
+                retry = find_victims(
+                    working,
+                    spec,
+                    rank,
+                    [r for r in running if r.id not in evicting],
+                    compat_check,
+                    allowed=lambda r: (
+                        r.id not in evicting
+                        and _class_allows_preemption(snapshot, policy, r)
+                        and (r.tenant == spec.tenant or quota.is_borrowing(r.id))  # noqa: B023 (called right here)
+                    ),
+                    preemptor_id=item.id,
+                    reclaimable=reclaim if reclaimable else None,
+                    **kwargs,
+                )
+                if retry is not None and retry.victims and not _quota_blocks_plan(quota, spec, retry):
+                    plan, quota_block = retry, ""
+            if quota_block:
+                plan = None  # evicting would not make it admissible, or would take others' guaranteed quota
+                info["summary"] = f"over quota: {quota_block}"
+                info["reasons"] = {**info.get("reasons", {}), REASON_QUOTA: 1}
             if plan is not None:
                 evicting.update(v.id for v in plan.victims)
                 decision.victims = [v.id for v in plan.victims]
                 decision.preemption_reason = plan.reason
-                info["summary"] = f"preempting {len(plan.victims)} lower-priority task(s); starts when they have released their devices"
+                what = "borrowing task(s) to reclaim its quota" if plan.reason.startswith("quota reclaimed") else "lower-priority task(s)"
+                info["summary"] = f"preempting {len(plan.victims)} {what}; starts when they have released their devices"
                 info["preempting"] = decision.victims
                 decisions.append(decision)
                 waiting.append(item)
@@ -296,6 +359,38 @@ def run_cycle(
     if estimate and waiting and policy.estimate_horizon:
         _attach_estimates(snapshot, working, waiting, running, decisions, compat_check, now, models, policy.estimate_horizon)
     return CycleResult(decisions=decisions, duration_s=time.perf_counter() - started, reservations=list(reservations.values()))
+
+
+REASON_QUOTA = "quota exceeded"
+
+
+def held_by(result: Assignment) -> list[Held]:
+    return [Held(p.pool, p.model, len(p.device_indices) * p.device_fraction, p.cpu, p.memory_gb) for p in result.placements]
+
+
+def _quota_blocks_plan(quota, spec: TaskSpec, plan) -> str:
+    """Why a preemption plan must not go ahead on quota grounds ("" if it may): the
+    preemptor would still be over quota once its victims are gone, or it would only fit by
+    borrowing and a victim of another tenant is within its own quota (borrowing never
+    evicts guaranteed work; only lenders reclaim from borrowers)."""
+    released = [v.id for v in plan.victims]
+    saved = {vid: quota.charged.get(vid) for vid in released}
+    guaranteed = [v.id for v in plan.victims if saved[v.id] is not None and not saved[v.id].borrowing and saved[v.id].tenant != spec.tenant]
+    for vid in released:
+        quota.release(vid)
+    try:
+        verdict = quota.check(spec, held_by(plan.assignment))
+    finally:
+        for vid, record in saved.items():
+            if record is not None:
+                quota.charged[vid] = record
+                for key, amount in record.amounts.items():
+                    quota.used[key] = quota.used.get(key, 0.0) + amount
+    if not verdict.ok:
+        return verdict.reason
+    if verdict.borrowing and guaranteed:
+        return f"it would have to borrow, and {', '.join(guaranteed)} run within their own quota"
+    return ""
 
 
 def _as_running(task_id: str, spec: TaskSpec, result: Assignment, now: datetime, models) -> RunningTask:

@@ -39,6 +39,7 @@ def find_victims(
     *,
     allowed: Callable[[RunningTask], bool] = lambda r: True,
     preemptor_id: str = "",
+    reclaimable: Callable[[RunningTask], bool] | None = None,
     **assign_kwargs,
 ) -> PreemptionPlan | None:
     """The fewest running tasks to evict so that `task` fits, or None if no set helps.
@@ -50,12 +51,18 @@ def find_victims(
     no victims (the caller can simply admit it).
     """
     usable_nodes = _usable_nodes(snap, task, compat_check, assign_kwargs.get("allowed_pools"))
+    # `reclaimable`: work borrowing the preemptor's quota, evictable whatever its priority
+    # and evicted first.
+    reclaim = reclaimable or (lambda r: False)
     candidates = [
         r
         for r in running
-        if r.preemptible and r.priority_rank < task_priority_rank and any(a.node in usable_nodes for a in r.allocations) and allowed(r)
+        if r.preemptible
+        and (r.priority_rank < task_priority_rank or reclaim(r))
+        and any(a.node in usable_nodes for a in r.allocations)
+        and allowed(r)
     ]
-    candidates.sort(key=lambda r: (r.priority_rank, -_timestamp(r.started_at), _size(r), r.id))
+    candidates.sort(key=lambda r: (not reclaim(r), r.priority_rank, -_timestamp(r.started_at), _size(r), r.id))
 
     scratch = snap.copy()
     result = assign(scratch, task, compat_check, **assign_kwargs)
@@ -92,7 +99,10 @@ def find_victims(
 
     # `scratch` now holds exactly the final victims released; place on it for the plan.
     final = assign(scratch, task, compat_check, **assign_kwargs)
-    return PreemptionPlan(victims=victims, assignment=final, reason=_reason(snap, task, task_priority_rank, victims, preemptor_id))
+    reason = _reason(snap, task, task_priority_rank, victims, preemptor_id)
+    if any(reclaim(v) for v in victims):
+        reason = f"quota reclaimed by {task.tenant}: " + reason
+    return PreemptionPlan(victims=victims, assignment=final, reason=reason)
 
 
 def victims_summary(plan: PreemptionPlan) -> dict:

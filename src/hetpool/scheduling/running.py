@@ -22,3 +22,4 @@ class RunningTask:
     expected_end: datetime | None  # None: no runtime estimate
     preemptible: bool = True
     being_preempted: bool = False  # asked to give its devices back; not gone yet
+    env: str = "dev"  # the task's environment (quotas are per environment)

@@ -15,7 +15,7 @@ from hetpool.core.errors import HetpoolError
 from hetpool.core.specs import format_loc
 from hetpool.server.db.session import Database
 from hetpool.server.deps import AuthError
-from hetpool.server.routers import agent, approvals, audit, catalog, connectors, cost, inventory, sim, tasks, users
+from hetpool.server.routers import agent, approvals, audit, catalog, connectors, cost, inventory, quotas, sim, tasks, users
 from hetpool.server.services.connector_sync import sync_due
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.settings import Settings
@@ -95,7 +95,7 @@ def create_app(settings: Settings | None = None, ctx: ServiceContext | None = No
     def healthz() -> dict:
         return {"ok": True, "version": __version__, "database": ctx.db.dialect}
 
-    for module in (inventory, tasks, audit, catalog, sim, agent, connectors, users, approvals, cost):
+    for module in (inventory, tasks, audit, catalog, sim, agent, connectors, users, approvals, cost, quotas):
         app.include_router(module.router)
     app.include_router(web_router)
     return app

@@ -1,14 +1,73 @@
-"""Quota accounting on the server side (usage from the database, the pure rules in
-hetpool.governance.quota).
+"""Quota accounting on the server side: usage from the database, the rules in
+hetpool.governance.quota.
 
-INTERFACE used by approvals:
-  over_quota(ctx, session, inv, spec) -> str | None   why `spec` would exceed its quota even
-                                                      with borrowing, or None if it fits.
+  quota_book(inv, running)                 -> a QuotaBook charged with the work holding capacity
+  over_quota(ctx, session, inv, spec)      -> why `spec` would exceed its quota even with
+                                              borrowing, or None (used by approvals)
+  usage(ctx, session, inv)                 -> nominal / used / borrowed / lent / headroom rows
 """
 
 from __future__ import annotations
 
+from sqlalchemy.orm import Session
 
-def over_quota(ctx, session, inv, spec) -> str | None:
-    """Placeholder until quota accounting lands: never over quota."""
-    return None
+from hetpool.core.tasks import TaskSpec
+from hetpool.governance.quota import QuotaBook
+from hetpool.scheduling.assign import assign
+from hetpool.scheduling.cycle import held_by
+from hetpool.scheduling.quota_view import Held
+from hetpool.scheduling.running import RunningTask
+from hetpool.server.services.context import ServiceContext
+from hetpool.server.services.inventory import Inventory
+
+
+def quota_book(inv: Inventory, running: list[RunningTask]) -> QuotaBook:
+    """A book charged with the running work in start order: whoever went past a nominal
+    amount first is the one borrowing (and the first reclaimed)."""
+    book = QuotaBook(inv.quotas.values(), {m.name: m for m in inv.catalog.all()}, {p.name: p.model for p in inv.pools.values()})
+    if not book:
+        return book
+    for r in sorted(running, key=lambda r: (r.started_at, r.id)):
+        held = [Held(a.pool, _model(inv, a.pool), len(a.device_indices) * a.device_fraction, a.cpu, a.memory_gb) for a in r.allocations]
+        book.charge(r.id, (r.tenant, r.env, r.task_type.value), held)
+    return book
+
+
+def _model(inv: Inventory, pool: str) -> str:
+    spec = inv.pools.get(pool)
+    return spec.model if spec else ""
+
+
+def _book_now(ctx: ServiceContext, session: Session, inv: Inventory) -> QuotaBook:
+    from hetpool.server.services.sched_state import learned_runtimes, running_tasks
+
+    now = ctx.clock.now()
+    return quota_book(inv, running_tasks(session, inv, learned_runtimes(session, inv), now))
+
+
+def over_quota(ctx: ServiceContext, session: Session, inv: Inventory, spec: TaskSpec) -> str | None:
+    """Why `spec` could not be admitted within its quota (borrowing included) right now, or
+    None. Its charge is that of the placement the scheduler would pick on an idle estate."""
+    if not inv.quotas:
+        return None
+    book = _book_now(ctx, session, inv)
+    if not book.applicable(spec.tenant, spec.env.value, spec.task_type.value):
+        return None
+    from hetpool.server.services.tasks import current_snapshot
+
+    snap = current_snapshot(ctx, session, inv)
+    result = assign(snap, spec, ctx.compat.check)
+    if not result.feasible:
+        result = assign(snap.emptied(), spec, ctx.compat.check)
+    if not result.feasible:
+        return None  # cannot run at all: submission says so on its own
+    verdict = book.check(spec, held_by(result))
+    return None if verdict.ok else verdict.reason
+
+
+def usage(ctx: ServiceContext, session: Session, inv: Inventory, tenants: list[str] | None = None) -> list[dict]:
+    """Usage per quota and resource; `tenants` limits it to quotas in or above those subtrees."""
+    rows = _book_now(ctx, session, inv).usage()
+    if tenants is None:
+        return rows
+    return [r for r in rows if any(t == r["tenant"] or t.startswith(r["tenant"] + "/") or r["tenant"].startswith(t + "/") for t in tenants)]

@@ -94,6 +94,7 @@ def running_tasks(session: Session, inv: Inventory, learned: dict[str, float], n
                 expected_end=expected_end,
                 preemptible=spec.preemptible and row.preempt_reason is None and row.preemptions < max_preemptions,
                 being_preempted=row.preempt_reason is not None,
+                env=spec.env.value,
             )
         )
     return out

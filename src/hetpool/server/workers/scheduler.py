@@ -15,6 +15,7 @@ from hetpool.server.db.models import PlacementRow, TaskRow
 from hetpool.server.services import tasks as task_service
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.inventory import load_inventory
+from hetpool.server.services.quota import quota_book
 from hetpool.server.services.sched_state import (
     SnapshotCache,
     apply_measured,
@@ -25,6 +26,12 @@ from hetpool.server.services.sched_state import (
 )
 
 ACTOR = "scheduler"
+# Set on a task approved to run over its quota (see services/approvals.py).
+QUOTA_EXEMPT_LABEL = "hetpool.io/approved-over-quota"
+
+
+def quota_exempt(row: TaskRow) -> bool:
+    return bool(getattr(row, "quota_exempt", False)) or (row.spec.get("labels") or {}).get(QUOTA_EXEMPT_LABEL) == "true"
 
 
 def snapshot_cache(ctx: ServiceContext) -> SnapshotCache:
@@ -51,18 +58,21 @@ def schedule_once(ctx: ServiceContext) -> CycleResult | None:
             except Exception as exc:  # inventory changed under the task
                 invalid.append((row.id, str(exc)))
                 continue
-            queue.append(QueuedTask(row.id, with_runtime(spec, learned), task_service.aware(row.queued_at)))
+            queue.append(QueuedTask(row.id, with_runtime(spec, learned), task_service.aware(row.queued_at), quota_exempt=quota_exempt(row)))
         pools = {p.name: p for p in inv.pools.values()}
         clusters = inv.clusters
         models = {m.name: m for m in inv.catalog.all()}
         queues, policy, weights = list(inv.queues.values()), inv.policy, inv.tenant_weights
+        book = quota_book(inv, running) if inv.quotas else None
     for task_id, error in invalid:
         with ctx.db.transaction() as session:
             stale = task_service.get_row(session, task_id)
             if stale.state == TaskState.QUEUED.value:
                 task_service.transition(ctx, session, stale, TaskState.FAILED, actor=ACTOR, message=f"spec no longer valid: {error}")
     # process (pure)
-    result = run_cycle(snap, queue, ctx.compat.check, now, running=running, queues=queues, policy=policy, tenant_weights=weights, models=models)
+    result = run_cycle(
+        snap, queue, ctx.compat.check, now, running=running, queues=queues, policy=policy, tenant_weights=weights, models=models, quota=book
+    )
     # apply
     with ctx.db.transaction() as session:
         for decision in result.decisions:

@@ -1,0 +1,241 @@
+"""Quota accounting and admission (after Kueue's ClusterQueue / cohort model).
+
+A task is charged to every quota that applies to it (its tenant or an ancestor, its
+environment, its task type), for each limit its placement touches: devices of a model, of
+a pool or of a class, A100-equivalents (devices × the model's relative performance for the
+task type), CPU cores, memory. Admission needs, for every such limit:
+
+    used + charge <= nominal                                  (within quota), or
+    used + charge - nominal <= min(borrowing_limit, room)     (borrowing)
+
+where `room` is what the quota's *cohort* — the quotas of its sibling tenants with the same
+environment, type and resource — leaves idle and may lend (each sibling lends at most its
+lending limit of its own idle nominal), less what the other members already borrow.
+Because a child is charged to its parent's quota too, borrowing never takes a subtree past
+its parent's nominal.
+
+Work admitted over nominal is *borrowing*. When a lender's task is within its own nominal
+but finds no free capacity, the borrowers of its cohort may be preempted for it whatever
+their priority (Kueue's reclaimWithinCohort): `reclaimable_by`.
+
+Pure: the server and the simulator build a QuotaBook from the applied quotas and the work
+that holds capacity, and `run_cycle` asks it before admitting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from hetpool.core.inventory import DeviceModelSpec
+from hetpool.core.quota import CPU_CORES, DEVICE_CLASSES, MEMORY_GB, NORMALISED, QuotaLimit, QuotaSpec
+from hetpool.core.tasks import TaskSpec
+from hetpool.core.tenancy import tenant_parent
+from hetpool.scheduling.quota_view import Held
+
+EPS = 1e-9
+
+
+@dataclass
+class QuotaVerdict:
+    ok: bool
+    borrowing: bool = False
+    reason: str = ""
+    within_nominal: bool = True  # every applicable limit stays at or under its nominal
+
+
+@dataclass
+class _Charged:
+    task_id: str
+    tenant: str
+    env: str
+    task_type: str
+    amounts: dict[tuple[str, str], float] = field(default_factory=dict)  # (quota, resource) -> amount
+    borrowing: bool = False
+
+
+class QuotaBook:
+    def __init__(self, quotas: Iterable[QuotaSpec], models: dict[str, DeviceModelSpec], pool_models: dict[str, str]) -> None:
+        self.quotas = {q.name: q for q in quotas}
+        self.models = models
+        self.pool_models = pool_models
+        self.used: dict[tuple[str, str], float] = {}
+        self.charged: dict[str, _Charged] = {}
+        self._cohorts: dict[str, list[QuotaSpec]] = {}
+        for q in self.quotas.values():
+            key = self._cohort_key(q)
+            self._cohorts.setdefault(key, []).append(q)
+
+    def __bool__(self) -> bool:
+        return bool(self.quotas)
+
+    # ----------------------------------------------------------------- charging
+    @staticmethod
+    def _cohort_key(q: QuotaSpec) -> str:
+        return f"{tenant_parent(q.tenant)}|{q.env}|{q.task_type}"
+
+    def applicable(self, tenant: str, env: str, task_type: str) -> list[QuotaSpec]:
+        return [q for q in self.quotas.values() if q.applies_to(tenant, env, task_type)]
+
+    def amount(self, limit: QuotaLimit, task_type: str, held: Iterable[Held]) -> float:
+        total = 0.0
+        for h in held:
+            model = self.models.get(h.model)
+            resource = limit.resource
+            if resource == CPU_CORES:
+                total += h.cpu
+            elif resource == MEMORY_GB:
+                total += h.memory_gb
+            elif model is None or model.device_class.value == "cpu":
+                continue  # a CPU "device" is the node's sockets: only cpu-cores / memory-gb count it
+            elif resource == NORMALISED:
+                total += h.devices * model.perf_for(task_type)
+            elif resource in DEVICE_CLASSES:
+                total += h.devices if model.device_class.value == resource else 0.0
+            elif resource == h.model or resource == h.pool:
+                total += h.devices
+        return total
+
+    def _amounts(self, tenant: str, env: str, task_type: str, held: list[Held]) -> dict[tuple[str, str], float]:
+        out = {}
+        for q in self.applicable(tenant, env, task_type):
+            for limit in q.limits:
+                value = self.amount(limit, task_type, held)
+                if value > EPS:
+                    out[(q.name, limit.resource)] = value
+        return out
+
+    def _limit(self, quota: str, resource: str) -> QuotaLimit:
+        return next(limit for limit in self.quotas[quota].limits if limit.resource == resource)
+
+    def _room(self, quota: QuotaSpec, resource: str, extra: dict[tuple[str, str], float]) -> float:
+        """What the cohort can lend `quota` for `resource` now (see the module docstring)."""
+        lendable, borrowed_by_others = 0.0, 0.0
+        for member in self._cohorts.get(self._cohort_key(quota), []):
+            if member.name == quota.name:
+                continue
+            limit = next((m for m in member.limits if m.resource == resource), None)
+            if limit is None:
+                continue
+            used = self.used.get((member.name, resource), 0.0) + extra.get((member.name, resource), 0.0)
+            idle = max(0.0, limit.nominal - used)
+            lendable += idle if limit.lending_limit is None else min(idle, limit.lending_limit)
+            borrowed_by_others += max(0.0, used - limit.nominal)
+        return max(0.0, lendable - borrowed_by_others)
+
+    def check(self, spec: TaskSpec, held: list[Held]) -> QuotaVerdict:
+        """Could `spec` holding `held` be admitted now?"""
+        amounts = self._amounts(spec.tenant, spec.env.value, spec.task_type.value, held)
+        borrowing = False
+        for (name, resource), amount in sorted(amounts.items()):
+            limit = self._limit(name, resource)
+            after = self.used.get((name, resource), 0.0) + amount
+            if after <= limit.nominal + EPS:
+                continue
+            borrowing = True
+            over = after - limit.nominal
+            if limit.borrowing_limit is not None and over > limit.borrowing_limit + EPS:
+                return QuotaVerdict(
+                    False,
+                    True,
+                    f"quota {name}: {resource} would be {after:g} of {limit.nominal:g} (borrowing limit {limit.borrowing_limit:g})",
+                    False,
+                )
+            room = self._room(self.quotas[name], resource, {})
+            if over > room + EPS:
+                return QuotaVerdict(
+                    False,
+                    True,
+                    f"quota {name}: {resource} would be {after:g} of {limit.nominal:g}; siblings can lend {room:g}",
+                    False,
+                )
+        return QuotaVerdict(True, borrowing, "", not borrowing)
+
+    def charge(self, task_id: str, spec_or_facts, held: list[Held], *, exempt: bool = False) -> _Charged:
+        """Record capacity held by a task (admitted now or running). Returns its record;
+        `borrowing` is set when it takes any limit past nominal (or `exempt`: admitted over
+        quota by approval)."""
+        tenant, env, task_type = _facts(spec_or_facts)
+        amounts = self._amounts(tenant, env, task_type, held)
+        record = _Charged(task_id, tenant, env, task_type, amounts, borrowing=exempt)
+        for key, amount in amounts.items():
+            after = self.used.get(key, 0.0) + amount
+            if after > self._limit(*key).nominal + EPS:
+                record.borrowing = True
+            self.used[key] = after
+        self.charged[task_id] = record
+        return record
+
+    def release(self, task_id: str) -> None:
+        record = self.charged.pop(task_id, None)
+        if record is None:
+            return
+        for key, amount in record.amounts.items():
+            self.used[key] = self.used.get(key, 0.0) - amount
+
+    def is_borrowing(self, task_id: str) -> bool:
+        record = self.charged.get(task_id)
+        return bool(record and record.borrowing)
+
+    def reclaimable_by(self, spec: TaskSpec, victim_id: str) -> bool:
+        """May `spec` (a lender within its nominal) preempt `victim_id` to get its quota back?
+        Yes when the victim is borrowing in a cohort where `spec` has a quota."""
+        victim = self.charged.get(victim_id)
+        if victim is None or not victim.borrowing:
+            return False
+        mine = {self._cohort_key(q) for q in self.applicable(spec.tenant, spec.env.value, spec.task_type.value)}
+        theirs = {self._cohort_key(self.quotas[name]) for name, _ in victim.amounts}
+        return bool(mine & theirs) and victim.tenant != spec.tenant
+
+    def usage(self) -> list[dict]:
+        """Per quota and resource: nominal, used, borrowed (over nominal), lent (own idle
+        nominal that siblings use), headroom (what could still be admitted, borrowing
+        included)."""
+        out = []
+        for q in sorted(self.quotas.values(), key=lambda q: q.name):
+            for limit in q.limits:
+                used = self.used.get((q.name, limit.resource), 0.0)
+                borrowed = max(0.0, used - limit.nominal)
+                room = self._room(q, limit.resource, {})
+                borrow_cap = room if limit.borrowing_limit is None else min(room, max(0.0, limit.borrowing_limit - borrowed))
+                out.append(
+                    {
+                        "quota": q.name,
+                        "tenant": q.tenant,
+                        "env": q.env.value if q.env else None,
+                        "type": q.task_type.value if q.task_type else None,
+                        "resource": limit.resource,
+                        "nominal": limit.nominal,
+                        "borrowing_limit": limit.borrowing_limit,
+                        "lending_limit": limit.lending_limit,
+                        "used": round(used, 6),
+                        "borrowed": round(borrowed, 6),
+                        "lent": round(self._lent(q, limit), 6),
+                        "headroom": round(max(0.0, limit.nominal - used) + borrow_cap, 6),
+                    }
+                )
+        return out
+
+    def _lent(self, quota: QuotaSpec, limit: QuotaLimit) -> float:
+        """How much of this quota's idle nominal its cohort's borrowers are using (shared
+        pro rata among the lenders)."""
+        idle = max(0.0, limit.nominal - self.used.get((quota.name, limit.resource), 0.0))
+        if idle <= EPS:
+            return 0.0
+        members = [m for m in self._cohorts.get(self._cohort_key(quota), []) if any(x.resource == limit.resource for x in m.limits)]
+        borrowed = sum(max(0.0, self.used.get((m.name, limit.resource), 0.0) - self._limit(m.name, limit.resource).nominal) for m in members)
+        idles = []
+        for m in members:
+            ml = self._limit(m.name, limit.resource)
+            i = max(0.0, ml.nominal - self.used.get((m.name, limit.resource), 0.0))
+            idles.append(i if ml.lending_limit is None else min(i, ml.lending_limit))
+        total_idle = sum(idles)
+        share = idle if limit.lending_limit is None else min(idle, limit.lending_limit)
+        return 0.0 if total_idle <= EPS else min(share, borrowed * share / total_idle)
+
+
+def _facts(spec_or_facts) -> tuple[str, str, str]:
+    if isinstance(spec_or_facts, TaskSpec):
+        return spec_or_facts.tenant, spec_or_facts.env.value, spec_or_facts.task_type.value
+    tenant, env, task_type = spec_or_facts
+    return tenant, str(env), str(task_type)
