@@ -46,3 +46,9 @@ class BackendUnavailableError(HetpoolError):
     """An engine (Slurm, Kubernetes, Ray …) could not be read or reached."""
 
     code = "backend_unavailable"
+
+
+class BudgetExceededError(HetpoolError):
+    """A budget with a hard stop is spent: no new work for that subtree this period."""
+
+    code = "budget_exceeded"

@@ -21,6 +21,13 @@ def _duration(value: str | None) -> str | None:
 
 
 # ----------------------------------------------------------------------- approvals
+# Task labels the approvals area reads or writes. The submitter may give a reason; the
+# marker is set by the server only (submit refuses it) when an approver lets a task past
+# its quota, so the quota engine admits it beyond nominal + borrowing. Value: "true".
+APPROVAL_REASON_LABEL = "hetpool.io/approval-reason"
+APPROVED_OVER_QUOTA_LABEL = "hetpool.io/approved-over-quota"
+
+
 class ApprovalPolicySpec(ObjectSpec):
     """When tasks (and quota changes) need someone's approval, and who may give it.
 
@@ -60,15 +67,24 @@ class ModelPrice(SpecModel):
 class PriceListSpec(ObjectSpec):
     """Prices per device-hour per model, per CPU-core-hour and per GiB-hour of memory.
     A price list with `cluster` set overrides the global one (no cluster) for that cluster;
-    a pool's own `price_per_hour` overrides both for its devices."""
+    a pool's own `price_per_hour` (when > 0) overrides both for its devices. Unset CPU and
+    memory prices (and models not listed) fall through to the global list, then to 0."""
 
     kind: Literal["PriceList"] = "PriceList"
     name: Name
     cluster: Name | None = None
-    currency: str = "CNY"
+    currency: str = Field(default="CNY", pattern=r"^[A-Z]{3}$", description="ISO 4217 code")
     devices: list[ModelPrice] = []
-    per_cpu_core_hour: float = Field(default=0.0, ge=0)
-    per_memory_gib_hour: float = Field(default=0.0, ge=0)
+    per_cpu_core_hour: float | None = Field(default=None, ge=0, description="unset: the global list's price, else 0")
+    per_memory_gib_hour: float | None = Field(default=None, ge=0, description="unset: the global list's price, else 0")
+
+    @field_validator("devices")
+    @classmethod
+    def _unique_models(cls, value: list[ModelPrice]) -> list[ModelPrice]:
+        models = [p.model for p in value]
+        if len(models) != len(set(models)):
+            raise ValueError("devices: each model may be priced once per list")
+        return value
 
 
 class BudgetSpec(ObjectSpec):
@@ -79,8 +95,16 @@ class BudgetSpec(ObjectSpec):
     tenant: str
     period: Literal["month", "week", "day"] = "month"
     amount: float = Field(gt=0)
+    currency: str | None = Field(default=None, pattern=r"^[A-Z]{3}$", description="count only ledger rows in this currency (unset: all)")
     alert_at: list[float] = Field(default=[0.8, 1.0], description="fractions of the amount at which an alert is raised")
     hard_stop: bool = Field(default=False, description="refuse new tasks of the subtree once the amount is spent")
+
+    @field_validator("alert_at")
+    @classmethod
+    def _fractions(cls, value: list[float]) -> list[float]:
+        if any(f <= 0 or f > 10 for f in value):
+            raise ValueError("alert_at: fractions of the amount, each > 0 (1.0 = the whole amount)")
+        return sorted(set(value))
 
     @field_validator("tenant")
     @classmethod

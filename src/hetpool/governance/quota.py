@@ -197,7 +197,9 @@ class QuotaBook:
                 used = self.used.get((q.name, limit.resource), 0.0)
                 borrowed = max(0.0, used - limit.nominal)
                 room = self._room(q, limit.resource, {})
-                borrow_cap = room if limit.borrowing_limit is None else min(room, max(0.0, limit.borrowing_limit - borrowed))
+                # `room` is what the cohort lends in all; this quota already uses `borrowed` of it.
+                more = max(0.0, room - borrowed)
+                borrow_cap = more if limit.borrowing_limit is None else min(more, max(0.0, limit.borrowing_limit - borrowed))
                 out.append(
                     {
                         "quota": q.name,

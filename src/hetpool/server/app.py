@@ -32,6 +32,7 @@ _STATUS = {
     "invalid_transition": 409,
     "permission_denied": 403,
     "backend_unavailable": 502,
+    "budget_exceeded": 403,
 }
 
 

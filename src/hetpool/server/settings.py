@@ -26,6 +26,11 @@ class Settings(BaseSettings):
     connector_sync_interval_s: float = Field(default=30.0, gt=0, description="how often Slurm / Kubernetes / Ray clusters are re-read")
     run_connector_sync: bool = Field(default=True, description="run the periodic connector sync thread")
     heartbeat_timeout_s: float = Field(default=30.0, gt=0, description="a node whose agent is silent this long is offline")
+    # OIDC bearer tokens (JWTs) are accepted only when an issuer is set; the user must exist in hetpool.
+    oidc_issuer: str = Field(default="", description="expected 'iss' of OIDC bearer tokens; empty: OIDC off")
+    oidc_audience: str = Field(default="", description="expected 'aud'; required with an issuer (else tokens minted for other apps would pass)")
+    oidc_jwks: str = Field(default="", description="the issuer's JWKS: a file path or an https URL")
+    oidc_username_claim: str = Field(default="preferred_username", description="claim naming the hetpool user")
 
     def resolved_database_url(self) -> str:
         if self.database_url:

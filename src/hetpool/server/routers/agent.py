@@ -8,6 +8,7 @@ from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field
 
 from hetpool.server.deps import get_ctx, get_principal
+from hetpool.server.services import access
 from hetpool.server.services import nodes as node_service
 from hetpool.server.services.auth import Principal
 from hetpool.server.services.context import ServiceContext
@@ -43,12 +44,14 @@ class HeartbeatRequest(BaseModel):
 
 @router.post("/agent/register", summary="Create or update the agent's node (and join a pool)")
 def register(body: RegisterRequest, ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get_principal)) -> dict:
+    access.require(user, "node.report")  # the agent role (or platform-admin): an agent token can do nothing else
     with ctx.db.transaction() as session:
         return node_service.register(ctx, session, body.node, body.pool, user.name, body.agent_version, body.models)
 
 
 @router.post("/agent/heartbeat", summary="Liveness and per-device health and use")
 def heartbeat(body: HeartbeatRequest, ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get_principal)) -> dict:
+    access.require(user, "node.report")
     with ctx.db.transaction() as session:
         row = node_service.heartbeat(ctx, session, body.node, [d.model_dump() for d in body.devices], user.name, body.agent_version)
         return {"node": row.node, "state": row.state}
@@ -56,5 +59,6 @@ def heartbeat(body: HeartbeatRequest, ctx: ServiceContext = Depends(get_ctx), us
 
 @router.get("/nodes/status", summary="Liveness and device health of every node with an agent")
 def status(ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get_principal)) -> list[dict]:
+    access.require(user, "inventory.read")
     with ctx.db.transaction() as session:
         return node_service.status_list(session)

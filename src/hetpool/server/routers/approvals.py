@@ -1,7 +1,60 @@
-"""Placeholder router for the governance area 'approvals' (filled in by its own work)."""
+"""Approval requests: list, read, approve, reject. Thin: services/approvals.py decides."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Literal
+
+from fastapi import APIRouter, Depends, Query
+from pydantic import BaseModel, ConfigDict, Field
+
+from hetpool.server.deps import get_ctx, get_principal
+from hetpool.server.services import approvals as approval_service
+from hetpool.server.services.auth import Principal
+from hetpool.server.services.context import ServiceContext
 
 router = APIRouter(prefix="/api/v1", tags=["approvals"])
+
+
+class ApproveRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    comment: str = Field(default="", max_length=2000)
+
+
+class RejectRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    comment: str = Field(min_length=1, max_length=2000, description="why: the submitter sees it on the cancelled task")
+
+
+@router.get("/approvals", summary="Approval requests the caller may see (approvers: their subtrees; submitters: their own), newest first")
+def list_approvals(
+    state: Literal["pending", "approved", "rejected", "expired", "withdrawn"] | None = Query(default=None),
+    tenant: str | None = Query(default=None, max_length=200),
+    limit: int = Query(default=200, ge=1, le=1000),
+    ctx: ServiceContext = Depends(get_ctx),
+    user: Principal = Depends(get_principal),
+) -> list[dict]:
+    with ctx.db.transaction() as session:
+        rows = approval_service.list_requests(session, user, state=state, tenant=tenant, limit=limit)
+        return [approval_service.approval_dict(r) for r in rows]
+
+
+@router.get("/approvals/{approval_id}", summary="One approval request")
+def get_approval(approval_id: str, ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get_principal)) -> dict:
+    with ctx.db.transaction() as session:
+        return approval_service.approval_dict(approval_service.get_row(session, approval_id, user))
+
+
+@router.post("/approvals/{approval_id}/approve", summary="Approve: the task enters the queue, or the held Quota is applied")
+def approve(
+    approval_id: str, body: ApproveRequest | None = None, ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get_principal)
+) -> dict:
+    with ctx.db.transaction() as session:
+        row = approval_service.decide(ctx, session, approval_id, user, approve=True, comment=body.comment if body else "")
+        return approval_service.approval_dict(row)
+
+
+@router.post("/approvals/{approval_id}/reject", summary="Reject with a comment: the task is cancelled, the Quota not applied")
+def reject(approval_id: str, body: RejectRequest, ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get_principal)) -> dict:
+    with ctx.db.transaction() as session:
+        row = approval_service.decide(ctx, session, approval_id, user, approve=False, comment=body.comment)
+        return approval_service.approval_dict(row)

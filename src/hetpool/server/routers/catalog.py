@@ -7,12 +7,12 @@ from pydantic import BaseModel, ConfigDict
 
 from hetpool.core.errors import NotFoundError
 from hetpool.core.tasks import FrameworkRequest
-from hetpool.server.deps import get_ctx, get_principal
+from hetpool.server.deps import get_ctx, get_principal, requires
 from hetpool.server.services.auth import Principal
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.inventory import load_inventory
 
-router = APIRouter(prefix="/api/v1/catalog", tags=["catalog"])
+router = APIRouter(prefix="/api/v1/catalog", tags=["catalog"], dependencies=[Depends(requires("inventory.read"))])
 
 
 class CompatQuery(BaseModel):

@@ -8,7 +8,7 @@ from sqlalchemy import select
 from hetpool.core.errors import NotFoundError
 from hetpool.server.db.models import ConnectorSyncRow
 from hetpool.server.deps import get_ctx, get_principal
-from hetpool.server.services import connector_sync
+from hetpool.server.services import access, connector_sync
 from hetpool.server.services.auth import Principal
 from hetpool.server.services.context import ServiceContext
 
@@ -29,11 +29,13 @@ def _view(row: ConnectorSyncRow) -> dict:
 
 @router.post("/clusters/{name}/sync", summary="Read the cluster's engine now and reconcile its nodes (502 if unreachable)")
 def sync_now(name: str, ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get_principal)) -> dict:
+    access.require(user, "inventory.write")
     return connector_sync.sync_cluster(ctx, name)
 
 
 @router.get("/clusters/{name}/sync", summary="The cluster's last sync: when, whether it worked, what changed")
 def last_sync(name: str, ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get_principal)) -> dict:
+    access.require(user, "inventory.read")
     with ctx.db.transaction() as session:
         row = session.get(ConnectorSyncRow, name)
         if row is None:
@@ -43,5 +45,6 @@ def last_sync(name: str, ctx: ServiceContext = Depends(get_ctx), user: Principal
 
 @router.get("/connectors", summary="Last sync of every connector cluster")
 def list_syncs(ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get_principal)) -> list[dict]:
+    access.require(user, "inventory.read")
     with ctx.db.transaction() as session:
         return [_view(r) for r in session.execute(select(ConnectorSyncRow).order_by(ConnectorSyncRow.cluster)).scalars()]

@@ -6,14 +6,34 @@ from fastapi import APIRouter, Depends, Response
 
 from hetpool.core.errors import SpecError
 from hetpool.core.specs import parse_documents, resolve_kind
+from hetpool.governance.access import write_action
 from hetpool.server.deps import get_ctx, get_principal
+from hetpool.server.routers.tasks import doc_tenant
 from hetpool.server.schemas.bodies import ApplyRequest, ApplyResponse
+from hetpool.server.services import access
+from hetpool.server.services import approvals as approval_service
 from hetpool.server.services import inventory as inventory_service
 from hetpool.server.services import tasks as task_service
 from hetpool.server.services.auth import Principal
 from hetpool.server.services.context import ServiceContext
 
 router = APIRouter(prefix="/api/v1", tags=["inventory"])
+
+
+def require_write(user: Principal, inv: inventory_service.Inventory | None, kind: str, name: str, tenant: str | None = None) -> None:
+    """Applying or deleting shapes the shared platform (inventory.write, platform-admin);
+    Quotas (quota.write) and Budgets (budget.write) are checked on their tenant, both the
+    new one and the one the object has now, so an object cannot be moved out of or into
+    a subtree the user does not administer. (Quota changes may then wait for approval.)"""
+    action, field = write_action(kind)
+    if action == "inventory.write":
+        access.require(user, action)
+        return
+    existing = inv.by_kind(kind).get(name) if inv is not None else None
+    for scope in {tenant, getattr(existing, field, None) if existing is not None else None} - {None}:
+        access.require(user, action, scope)
+    if tenant is None and existing is None:
+        access.require(user, action)
 
 
 @router.post("/apply", response_model=ApplyResponse, summary="Create or update objects; all or nothing")
@@ -24,8 +44,17 @@ def apply(body: ApplyRequest, ctx: ServiceContext = Depends(get_ctx), user: Prin
     labelled = [(sources[i] if sources else f"document {i + 1}", doc) for i, doc in enumerate(body.documents)]
     task_docs = [(where, doc) for where, doc in labelled if isinstance(doc, dict) and doc.get("kind") == "Task"]
     specs = parse_documents([item for item in labelled if item not in task_docs])
+    for _where, doc in task_docs:
+        access.require(user, "task.submit", doc_tenant(doc))
+    scoped = [s for s in specs if write_action(s.kind)[1] is not None]  # Quota, Budget: checked per tenant below
+    if len(scoped) < len(specs):
+        access.require(user, "inventory.write")
     with ctx.db.transaction() as session:
-        results = inventory_service.apply_specs(ctx, session, specs, user.name)
+        inv = inventory_service.load_inventory(ctx, session) if scoped else None
+        for spec in scoped:
+            require_write(user, inv, spec.kind, spec.name, getattr(spec, write_action(spec.kind)[1]))
+        specs, held = approval_service.hold_quota_changes(ctx, session, specs, user)  # Quota changes a policy holds for approval
+        results = inventory_service.apply_specs(ctx, session, specs, user.name) + held
         for _where, doc in task_docs:
             row = task_service.submit(ctx, session, {k: v for k, v in doc.items() if k != "kind"}, user.name)
             results.append({"kind": "Task", "name": row.name, "action": "submitted", "id": row.id})
@@ -34,20 +63,24 @@ def apply(body: ApplyRequest, ctx: ServiceContext = Depends(get_ctx), user: Prin
 
 @router.get("/objects/{kind}", summary="List objects of a kind (clusters, nodes, pools, tenants, templates, devicemodels)")
 def list_objects(kind: str, ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get_principal)) -> list[dict]:
+    access.require(user, "inventory.read")
     with ctx.db.transaction() as session:
         return inventory_service.list_objects(ctx, session, kind)
 
 
 @router.get("/objects/{kind}/{name:path}", summary="One object")
 def get_object(kind: str, name: str, ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get_principal)) -> dict:
+    access.require(user, "inventory.read")
     with ctx.db.transaction() as session:
         return inventory_service.get_object(ctx, session, kind, name)
 
 
 @router.delete("/objects/{kind}/{name:path}", status_code=204, summary="Delete an object that nothing uses")
 def delete_object(kind: str, name: str, ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get_principal)) -> Response:
-    resolve_kind(kind)
+    resolved = resolve_kind(kind)
     with ctx.db.transaction() as session:
+        writes_inventory = write_action(resolved)[0] == "inventory.write"
+        require_write(user, None if writes_inventory else inventory_service.load_inventory(ctx, session), resolved, name)
         inventory_service.delete_object(ctx, session, kind, name, user.name)
     return Response(status_code=204)
 
@@ -56,5 +89,6 @@ def delete_object(kind: str, name: str, ctx: ServiceContext = Depends(get_ctx), 
 def pool_profile(name: str, ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get_principal)) -> dict:
     from hetpool.server.services.profiles import pool_profile as build_profile
 
+    access.require(user, "inventory.read")
     with ctx.db.transaction() as session:
         return build_profile(ctx, session, name)

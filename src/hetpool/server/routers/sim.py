@@ -7,6 +7,7 @@ from datetime import timedelta
 from fastapi import APIRouter, Depends, Query
 
 from hetpool.server.deps import get_ctx, get_principal
+from hetpool.server.services import access
 from hetpool.server.services.auth import Principal
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.history import export_history
@@ -21,8 +22,12 @@ def history(
     ctx: ServiceContext = Depends(get_ctx),
     user: Principal = Depends(get_principal),
 ) -> dict:
+    access.require(user, "inventory.read")
+    scopes = access.visible_tenants(user)
     since = ctx.clock.now() - timedelta(days=days)
     with ctx.db.transaction() as session:
         catalog = load_inventory(ctx, session).catalog  # built-in models plus applied overrides
         tasks = export_history(session, catalog, since=since)
+    if scopes is not None:  # other teams' workloads are theirs: a scoped user replays its own subtrees
+        tasks = [t for t in tasks if access.can_see(user, t.spec.tenant)]
     return {"since": since.isoformat(), "tasks": [t.to_json() for t in tasks]}

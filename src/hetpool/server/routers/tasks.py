@@ -7,8 +7,10 @@ from typing import Any
 from fastapi import APIRouter, Body, Depends, Query
 
 from hetpool.core.states import TaskState
+from hetpool.core.tenancy import validate_tenant_path
 from hetpool.server.deps import get_ctx, get_principal
 from hetpool.server.schemas.bodies import LogsResponse
+from hetpool.server.services import access
 from hetpool.server.services import tasks as task_service
 from hetpool.server.services.auth import Principal
 from hetpool.server.services.context import ServiceContext
@@ -30,12 +32,30 @@ def _strip_kind(doc: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in doc.items() if k != "kind"}
 
 
+def doc_tenant(doc: Any) -> str | None:
+    """The tenant a task document names, normalised as the spec will be; None when it is
+    missing or malformed (the spec check then reports it)."""
+    tenant = doc.get("tenant") if isinstance(doc, dict) else None
+    try:
+        return validate_tenant_path(tenant) if isinstance(tenant, str) else None
+    except ValueError:
+        return None
+
+
+def _visible_row(session, user: Principal, task_id: str, action: str):
+    """The task if the user may do `action` on it; 404 if it may not even read it."""
+    row = task_service.get_row(session, task_id)
+    access.require_visible(user, action, row.tenant, f"task {task_id!r}")
+    return row
+
+
 @router.post("/plan", summary="Where the task would run now, fallback and reasons; commits nothing")
 def plan(
     doc: dict[str, Any] = Body(..., examples=[TASK_EXAMPLE]),
     ctx: ServiceContext = Depends(get_ctx),
     user: Principal = Depends(get_principal),
 ) -> dict:
+    access.require(user, "task.submit", doc_tenant(doc))
     with ctx.db.transaction() as session:
         return task_service.plan(ctx, session, _strip_kind(doc))
 
@@ -46,6 +66,7 @@ def submit(
     ctx: ServiceContext = Depends(get_ctx),
     user: Principal = Depends(get_principal),
 ) -> dict:
+    access.require(user, "task.submit", doc_tenant(doc))
     with ctx.db.transaction() as session:
         row = task_service.submit(ctx, session, _strip_kind(doc), user.name)
         return task_service.task_dict(session, row)
@@ -59,20 +80,23 @@ def list_tasks(
     ctx: ServiceContext = Depends(get_ctx),
     user: Principal = Depends(get_principal),
 ) -> list[dict]:
+    access.require(user, "task.read")
+    scopes = access.visible_tenants(user)  # other teams' tasks are not listed
     with ctx.db.transaction() as session:
-        rows = task_service.list_tasks(session, state=state.value if state else None, tenant=tenant, limit=limit)
+        rows = task_service.list_tasks(session, state=state.value if state else None, tenant=tenant, limit=limit, scopes=scopes)
         return [task_service.task_dict(session, r) for r in rows]
 
 
 @router.get("/{task_id}", summary="A task with its placement, explanation and timeline")
 def get_task(task_id: str, ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get_principal)) -> dict:
     with ctx.db.transaction() as session:
-        return task_service.task_dict(session, task_service.get_row(session, task_id), detail=True)
+        return task_service.task_dict(session, _visible_row(session, user, task_id, "task.read"), detail=True)
 
 
 @router.post("/{task_id}/cancel", summary="Cancel a task (running work is stopped on its backend)")
 def cancel(task_id: str, ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get_principal)) -> dict:
     with ctx.db.transaction() as session:
+        _visible_row(session, user, task_id, "task.cancel")
         row = task_service.cancel(ctx, session, task_id, user.name)
         return task_service.task_dict(session, row)
 
@@ -87,4 +111,5 @@ def logs(
     user: Principal = Depends(get_principal),
 ) -> dict:
     with ctx.db.transaction() as session:
+        _visible_row(session, user, task_id, "task.logs")
         return task_service.logs(ctx, session, task_id, rank=rank, offset=offset, limit=limit)

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import csv
+import io
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
-from hetpool.governance.audit import GENESIS_HASH, ChainBreak, event_hash, verify_chain
+from hetpool.core.errors import SpecError
+from hetpool.core.units import parse_duration
+from hetpool.governance.audit import GENESIS_HASH, ChainBreak, ChainHead, canonical_json, event_hash, verify_chain
 from hetpool.server.db.models import AuditEventRow
+from hetpool.server.db.models_audit import AuditHeadRow
 
 # Held for the rest of the transaction on PostgreSQL so concurrent writers extend the
 # chain one after the other instead of forking it. SQLite serialises writers anyway.
@@ -47,8 +54,16 @@ def record(
 ) -> AuditEventRow:
     if session.bind.dialect.name == "postgresql":
         session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _AUDIT_LOCK_KEY})
-    last = session.execute(select(AuditEventRow.hash).order_by(AuditEventRow.id.desc()).limit(1)).scalar()
+    # New events link to the head, not to whatever row is last: after a truncation the
+    # next event's link breaks too, so writing on does not hide the deletion. Ids are
+    # given here, one past both the head and the highest id, so they are never reused
+    # (SQLite would reuse a deleted last id) and have no gaps (a PostgreSQL sequence
+    # skips on rollback): a gap in the trail is then always a deletion.
+    head = session.get(AuditHeadRow, 1)
+    top = session.execute(select(func.max(AuditEventRow.id))).scalar() or 0
+    last = head.hash if head else session.execute(select(AuditEventRow.hash).where(AuditEventRow.id == top)).scalar()
     row = AuditEventRow(
+        id=max(top, head.last_id if head else 0) + 1,
         ts=ts.astimezone(UTC) if ts.tzinfo else ts,
         actor=actor,
         action=action,
@@ -62,12 +77,56 @@ def record(
     row.hash = event_hash(row.prev_hash, _hashed_fields(row))
     session.add(row)
     session.flush()
+    if head is None:
+        session.add(AuditHeadRow(id=1, last_id=row.id, hash=row.hash))
+    else:
+        head.last_id, head.hash = row.id, row.hash
     return row
 
 
+def _head(session: Session) -> ChainHead | None:
+    found = session.execute(select(AuditHeadRow.last_id, AuditHeadRow.hash).where(AuditHeadRow.id == 1)).first()
+    return ChainHead(found[0], found[1]) if found else None
+
+
+_EVENT_COLUMNS = (
+    AuditEventRow.id,
+    AuditEventRow.ts,
+    AuditEventRow.actor,
+    AuditEventRow.action,
+    AuditEventRow.object_kind,
+    AuditEventRow.object_id,
+    AuditEventRow.before,
+    AuditEventRow.after,
+    AuditEventRow.prev_hash,
+    AuditEventRow.hash,
+)
+_PAGE = 2000
+
+
+def _paged(session: Session, stmt, page: int = _PAGE) -> Iterator:
+    """Rows of `stmt` (ordered by id) a page at a time, so a long trail is never held whole."""
+    after = None
+    while True:
+        query = stmt if after is None else stmt.where(AuditEventRow.id > after)
+        rows = session.execute(query.limit(page)).all()
+        yield from rows
+        if len(rows) < page:
+            return
+        after = rows[-1].id
+
+
 def verify(session: Session) -> ChainBreak | None:
-    rows = session.execute(select(AuditEventRow).order_by(AuditEventRow.id)).scalars()
-    return verify_chain((r.id, r.prev_hash, r.hash, _hashed_fields(r)) for r in rows)
+    # On PostgreSQL each statement sees what was committed by then: an event past the head
+    # read first is checked against the head as it is now before it is called inserted.
+    head = _head(session)
+    events = _paged(session, select(*_EVENT_COLUMNS).order_by(AuditEventRow.id))
+    if head is None:
+        last = session.execute(select(func.max(AuditEventRow.id))).scalar()
+        head = _head(session)  # the first event may have been written meanwhile
+        if last is not None and head is None:
+            return ChainBreak(last, "the chain head record is missing (deleted?): the end of the trail cannot be checked")
+    return verify_chain(((r.id, r.prev_hash, r.hash, _hashed_fields(r)) for r in events), head, lambda: _head(session))
 
 
 def count(session: Session) -> int:
@@ -84,5 +143,84 @@ def event_dict(row: AuditEventRow) -> dict:
         "object_id": row.object_id,
         "before": row.before,
         "after": row.after,
+        "prev_hash": row.prev_hash,
         "hash": row.hash,
     }
+
+
+# ------------------------------------------------------------------- reading and export
+@dataclass(frozen=True)
+class EventFilter:
+    actor: str | None = None
+    object_kind: str | None = None
+    object_id: str | None = None
+    action: str | None = None  # exact, or a prefix ending in '*' ("task.reclaim*")
+    since: datetime | None = None
+    until: datetime | None = None
+
+    def apply(self, stmt):
+        if self.actor:
+            stmt = stmt.where(AuditEventRow.actor == self.actor)
+        if self.object_kind:
+            stmt = stmt.where(AuditEventRow.object_kind == self.object_kind)
+        if self.object_id:
+            stmt = stmt.where(AuditEventRow.object_id == self.object_id)
+        if self.action and self.action.endswith("*"):
+            stmt = stmt.where(AuditEventRow.action.startswith(self.action[:-1], autoescape=True))
+        elif self.action:
+            stmt = stmt.where(AuditEventRow.action == self.action)
+        # Stored as naive UTC on SQLite, so bounds are compared as UTC.
+        if self.since is not None:
+            stmt = stmt.where(AuditEventRow.ts >= self.since.astimezone(UTC))
+        if self.until is not None:
+            stmt = stmt.where(AuditEventRow.ts < self.until.astimezone(UTC))
+        return stmt
+
+
+def parse_time(value: str | None, now: datetime, field: str) -> datetime | None:
+    """An ISO time (without zone: UTC) or a duration back from now ("2h": two hours ago)."""
+    if not value:
+        return None
+    text_value = value.strip()
+    try:
+        ts = datetime.fromisoformat(text_value.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        try:
+            return now - timedelta(seconds=parse_duration(text_value))
+        except ValueError:
+            raise SpecError(f"{field}: expected an ISO time such as 2026-11-30T12:00:00Z or a duration back from now such as 2h") from None
+    return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
+
+
+def list_events(session: Session, flt: EventFilter, *, after_id: int = 0, limit: int = 500) -> list[dict]:
+    stmt = flt.apply(select(AuditEventRow).where(AuditEventRow.id > after_id)).order_by(AuditEventRow.id).limit(limit)
+    return [event_dict(e) for e in session.execute(stmt).scalars()]
+
+
+EXPORT_COLUMNS = ("id", "ts", "actor", "action", "object_kind", "object_id", "before", "after", "prev_hash", "hash")
+
+
+def export_lines(db, flt: EventFilter, fmt: str) -> Iterator[str]:
+    """The matching events as JSON lines or CSV (a header, then one row per event; before
+    and after as JSON text), read a page per transaction so a long export holds no lock."""
+    if fmt == "csv":
+        yield _csv_line(EXPORT_COLUMNS)
+    after = 0
+    while True:
+        with db.transaction() as session:
+            rows = session.execute(flt.apply(select(*_EVENT_COLUMNS).where(AuditEventRow.id > after)).order_by(AuditEventRow.id).limit(_PAGE)).all()
+            events = [event_dict(r) for r in rows]
+        for event in events:
+            if fmt == "csv":
+                yield _csv_line([canonical_json(event[c]) if c in ("before", "after") and event[c] is not None else event[c] for c in EXPORT_COLUMNS])
+            else:
+                yield canonical_json(event) + "\n"
+        if len(rows) < _PAGE:
+            return
+        after = rows[-1].id
+
+
+def _csv_line(values) -> str:
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerow(["" if v is None else v for v in values])
+    return out.getvalue()

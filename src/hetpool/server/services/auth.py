@@ -1,28 +1,56 @@
-"""Users and API tokens. Tokens are random; only their SHA-256 is stored."""
+"""Who is calling: API tokens (random; only their SHA-256 is stored) and, when configured,
+OIDC bearer tokens (JWTs checked against the issuer's JWKS). Either way the caller must be
+a hetpool user; what it may do comes from its role bindings, never from token claims."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
 import secrets
-from dataclasses import dataclass
-from datetime import datetime
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import select
+from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session
 
+from hetpool.governance.access import GLOBAL_ROLES, Binding
 from hetpool.server.db.models import ApiTokenRow, UserRow
+from hetpool.server.db.models_access import RoleBindingRow, TokenUseRow
 from hetpool.server.services import audit
 
 TOKEN_PREFIX = "hp_"
 ADMIN_USER = "admin"
+USE_AUDIT_INTERVAL = timedelta(hours=1)  # token.use is audited at most this often per token
+LAST_USED_RESOLUTION = timedelta(minutes=1)  # last_used_at is written at most this often
 
 
 @dataclass(frozen=True)
 class Principal:
     user_id: int
     name: str
-    role: str
+    role: str  # the strongest role held, for display; decisions use `bindings`
+    bindings: tuple[Binding, ...] = ()
+    token_id: int | None = None
+    via: str = "token"  # token | oidc | system
+
+    def __post_init__(self) -> None:
+        # A principal built the old way (one global role, no bindings) keeps that role.
+        if not self.bindings and self.role in GLOBAL_ROLES:
+            object.__setattr__(self, "bindings", (Binding(self.role, None),))
+
+
+class AuthFailure(Exception):
+    """Authentication refused. `reason` (missing | invalid | expired | revoked | unknown_user)
+    goes into the audit trail; `message` to the caller. Neither contains the token."""
+
+    def __init__(self, reason: str, message: str, *, token_id: int | None = None, user: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+        self.token_id = token_id
+        self.user = user
 
 
 def hash_token(token: str) -> str:
@@ -33,6 +61,30 @@ def new_token() -> str:
     return TOKEN_PREFIX + secrets.token_urlsafe(32)
 
 
+def _aware(ts: datetime) -> datetime:
+    return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
+
+
+# ----------------------------------------------------------------------------- users
+def load_bindings(session: Session, user_id: int) -> tuple[Binding, ...]:
+    rows = session.execute(select(RoleBindingRow.role, RoleBindingRow.tenant).where(RoleBindingRow.user_id == user_id)).all()
+    return tuple(sorted(Binding(role, tenant or None) for role, tenant in rows))
+
+
+def principal_for(session: Session, user: UserRow, *, token_id: int | None = None, via: str = "token") -> Principal:
+    return Principal(user_id=user.id, name=user.name, role=user.role, bindings=load_bindings(session, user.id), token_id=token_id, via=via)
+
+
+def _bind_admin(session: Session, user: UserRow, now: datetime) -> None:
+    exists = session.execute(
+        select(RoleBindingRow.id).where(RoleBindingRow.user_id == user.id, RoleBindingRow.role == "platform-admin", RoleBindingRow.tenant == "")
+    ).first()
+    if exists is None:
+        session.add(RoleBindingRow(user_id=user.id, role="platform-admin", tenant="", created_at=now, created_by="system"))
+        user.role = "platform-admin"
+        session.flush()
+
+
 def ensure_admin(session: Session, now: datetime) -> str | None:
     """Create the admin user and a token the first time; returns the token then, else None."""
     if session.execute(select(UserRow).where(UserRow.name == ADMIN_USER)).scalar_one_or_none() is not None:
@@ -40,20 +92,28 @@ def ensure_admin(session: Session, now: datetime) -> str | None:
     user = UserRow(name=ADMIN_USER, role="platform-admin", created_at=now)
     session.add(user)
     session.flush()
+    _bind_admin(session, user, now)
     token = issue_token(session, user, label="bootstrap", now=now)
     audit.record(session, actor="system", action="user.create", object_kind="User", object_id=ADMIN_USER, after={"role": user.role}, ts=now)
     return token
 
 
 def issue_token(session: Session, user: UserRow, *, label: str, now: datetime, expires_at: datetime | None = None) -> str:
-    token = new_token()
-    session.add(ApiTokenRow(user_id=user.id, token_hash=hash_token(token), label=label, created_at=now, expires_at=expires_at))
-    session.flush()
+    token, _row = issue_token_row(session, user, label=label, now=now, expires_at=expires_at)
     return token
 
 
+def issue_token_row(session: Session, user: UserRow, *, label: str, now: datetime, expires_at: datetime | None = None) -> tuple[str, ApiTokenRow]:
+    token = new_token()
+    row = ApiTokenRow(user_id=user.id, token_hash=hash_token(token), label=label, created_at=now, expires_at=expires_at)
+    session.add(row)
+    session.flush()
+    return token, row
+
+
 def reset_admin_token(session: Session, now: datetime) -> str:
-    """Revoke the admin's tokens and issue a new one (for an operator who lost it)."""
+    """Revoke the admin's tokens and issue a new one (for an operator who lost it); the
+    admin gets its platform-admin binding back if someone removed it."""
     user = session.execute(select(UserRow).where(UserRow.name == ADMIN_USER)).scalar_one_or_none()
     if user is None:
         token = ensure_admin(session, now)
@@ -61,25 +121,165 @@ def reset_admin_token(session: Session, now: datetime) -> str:
         return token
     for row in session.execute(select(ApiTokenRow).where(ApiTokenRow.user_id == user.id, ApiTokenRow.revoked_at.is_(None))).scalars():
         row.revoked_at = now
+    _bind_admin(session, user, now)
     token = issue_token(session, user, label="reset", now=now)
     audit.record(session, actor="system", action="token.reset", object_kind="User", object_id=ADMIN_USER, ts=now)
     return token
 
 
-def authenticate(session: Session, token: str, now: datetime) -> Principal | None:
+# ------------------------------------------------------------------------ API tokens
+def looks_like_jwt(token: str) -> bool:
+    return not token.startswith(TOKEN_PREFIX) and token.count(".") == 2
+
+
+def resolve(session: Session, token: str, now: datetime, settings=None, *, source: str = "") -> Principal:
+    """The principal for a bearer token, or AuthFailure. A successful use is noted on the
+    token (last_used_at) and audited at most hourly (token.use)."""
+    if not token:
+        raise AuthFailure("missing", "missing bearer token: send 'Authorization: Bearer <token>'")
+    if looks_like_jwt(token):
+        return _resolve_oidc(session, token, now, settings, source=source)
     digest = hash_token(token)
     row = session.execute(select(ApiTokenRow).where(ApiTokenRow.token_hash == digest)).scalar_one_or_none()
     if row is None or not hmac.compare_digest(row.token_hash, digest):
-        return None
+        raise AuthFailure("invalid", "invalid token (unknown to this server)")
     if row.revoked_at is not None:
-        return None
+        raise AuthFailure("revoked", "token revoked; create a new one (hetpool tokens create)", token_id=row.id)
     if row.expires_at is not None and _aware(row.expires_at) <= now:
-        return None
+        raise AuthFailure(
+            "expired", f"token expired at {_aware(row.expires_at).isoformat()}; create a new one (hetpool tokens create)", token_id=row.id
+        )
     user = session.get(UserRow, row.user_id)
-    return Principal(user_id=user.id, name=user.name, role=user.role)
+    if _note_use(session, row.id, now):
+        audit.record(
+            session,
+            actor=user.name,
+            action="token.use",
+            object_kind="ApiToken",
+            object_id=str(row.id),
+            after={"label": row.label, **({"source": source} if source else {})},
+            ts=now,
+        )
+    return principal_for(session, user, token_id=row.id)
 
 
-def _aware(ts: datetime) -> datetime:
-    from datetime import UTC
+def authenticate(session: Session, token: str, now: datetime) -> Principal | None:
+    """The principal for an API token, or None (callers that need the reason use resolve)."""
+    try:
+        return resolve(session, token, now)
+    except AuthFailure:
+        return None
 
-    return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
+
+def _insert_use(session: Session, token_id: int, now: datetime) -> bool:
+    """Insert the token's first use; False if a concurrent request already did."""
+    if session.bind.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    stmt = insert(TokenUseRow).values(token_id=token_id, last_used_at=now, audited_at=now).on_conflict_do_nothing(index_elements=["token_id"])
+    return session.execute(stmt).rowcount == 1
+
+
+def _note_use(session: Session, token_id: int, now: datetime) -> bool:
+    """Keep last_used_at; True when this use is due for a token.use audit event. The
+    conditional UPDATE decides atomically, so parallel requests audit it once."""
+    use = session.get(TokenUseRow, token_id)
+    if use is None:
+        return _insert_use(session, token_id, now)
+    due = session.execute(
+        update(TokenUseRow)
+        .where(TokenUseRow.token_id == token_id, or_(TokenUseRow.audited_at.is_(None), TokenUseRow.audited_at <= now - USE_AUDIT_INTERVAL))
+        .values(audited_at=now, last_used_at=now)
+        .execution_options(synchronize_session=False)
+    ).rowcount
+    if due:
+        return True
+    if _aware(use.last_used_at) <= now - LAST_USED_RESOLUTION:
+        use.last_used_at = now
+    return False
+
+
+def last_used(session: Session, token_ids: list[int]) -> dict[int, datetime]:
+    if not token_ids:
+        return {}
+    rows = session.execute(select(TokenUseRow.token_id, TokenUseRow.last_used_at).where(TokenUseRow.token_id.in_(token_ids))).all()
+    return {token_id: _aware(ts) for token_id, ts in rows}
+
+
+# ------------------------------------------------------------------------------ OIDC
+@dataclass
+class _OidcState:
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    clients: dict = field(default_factory=dict)  # JWKS URL → jwt.PyJWKClient (caches keys itself)
+    files: dict = field(default_factory=dict)  # path → (mtime, PyJWKSet)
+    audited: dict = field(default_factory=dict)  # user → monotonic time of its last oidc token.use event
+
+
+_oidc = _OidcState()
+
+
+def _signing_key(jwt, jwks: str, token: str):
+    """The JWKS key the token names (kid), from a URL (fetched and cached) or a file."""
+    if jwks.startswith(("https://", "http://")):
+        with _oidc.lock:
+            client = _oidc.clients.get(jwks)
+            if client is None:
+                client = _oidc.clients[jwks] = jwt.PyJWKClient(jwks, cache_keys=True, lifespan=300, timeout=5)
+        return client.get_signing_key_from_jwt(token)
+    from pathlib import Path
+
+    path = Path(jwks)
+    mtime = path.stat().st_mtime
+    with _oidc.lock:
+        cached = _oidc.files.get(jwks)
+        if cached is None or cached[0] != mtime:
+            cached = _oidc.files[jwks] = (mtime, jwt.PyJWKSet.from_json(path.read_text()))
+    keys = cached[1].keys
+    kid = jwt.get_unverified_header(token).get("kid")
+    for key in keys:
+        if kid is None or key.key_id == kid:
+            return key
+    raise jwt.InvalidTokenError(f"no key with kid {kid!r} in the JWKS")
+
+
+def _resolve_oidc(session: Session, token: str, now: datetime, settings, *, source: str) -> Principal:
+    if settings is None or not settings.oidc_issuer:
+        raise AuthFailure("invalid", "invalid token: this looks like an OIDC token but OIDC is not configured on this server (HETPOOL_OIDC_ISSUER)")
+    if not settings.oidc_audience or not settings.oidc_jwks:
+        raise AuthFailure("invalid", "OIDC is misconfigured on this server: HETPOOL_OIDC_AUDIENCE and HETPOOL_OIDC_JWKS are required with an issuer")
+    try:
+        import jwt
+    except ImportError:  # pragma: no cover - PyJWT is an optional extra until pyproject lists it
+        raise AuthFailure("invalid", "OIDC needs PyJWT on the server: pip install 'pyjwt[crypto]>=2.8'") from None
+    try:
+        key = _signing_key(jwt, settings.oidc_jwks, token)
+        # The algorithm comes from the issuer's key, never from the token's header (no alg confusion, no "none").
+        claims = jwt.decode(
+            token,
+            key.key,
+            algorithms=[key.algorithm_name],
+            audience=settings.oidc_audience,
+            issuer=settings.oidc_issuer,
+            options={"require": ["exp", "iss", "aud"]},
+            leeway=30,
+        )
+    except jwt.ExpiredSignatureError:
+        raise AuthFailure("expired", "OIDC token expired; sign in again") from None
+    except (jwt.PyJWKClientError, jwt.InvalidTokenError, OSError, ValueError) as exc:
+        raise AuthFailure("invalid", f"invalid OIDC token: {exc}") from None
+    name = claims.get(settings.oidc_username_claim)
+    if not isinstance(name, str) or not name:
+        raise AuthFailure("invalid", f"invalid OIDC token: no {settings.oidc_username_claim!r} claim naming the user")
+    user = session.execute(select(UserRow).where(UserRow.name == name)).scalar_one_or_none()
+    if user is None:
+        raise AuthFailure("unknown_user", f"OIDC user {name!r} has no hetpool account; ask an admin: hetpool users create {name} --role …", user=name)
+    with _oidc.lock:
+        last = _oidc.audited.get(name)
+        due = last is None or time.monotonic() - last >= USE_AUDIT_INTERVAL.total_seconds()
+        if due:
+            _oidc.audited[name] = time.monotonic()
+    if due:
+        after = {"issuer": settings.oidc_issuer, **({"source": source} if source else {})}
+        audit.record(session, actor=name, action="token.use", object_kind="OidcToken", object_id=name, after=after, ts=now)
+    return principal_for(session, user, via="oidc")

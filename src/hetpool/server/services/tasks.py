@@ -6,10 +6,10 @@ import secrets
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from hetpool.core.errors import ConflictError, NotFoundError, SpecError
+from hetpool.core.errors import BudgetExceededError, ConflictError, NotFoundError, SpecError
 from hetpool.core.specs import parse_spec, spec_to_document
 from hetpool.core.states import ACTIVE_STATES, TaskState, check_transition
 from hetpool.core.tasks import TaskSpec, apply_template
@@ -148,6 +148,9 @@ def plan(ctx: ServiceContext, session: Session, raw: dict) -> dict:
     body = plan_spec(ctx, inv, snap, with_runtime(spec, learned_runtimes(session, inv)))
     if body["fits_when_idle"]:
         body.update(plan_estimate(ctx, session, inv, snap, spec))
+    from hetpool.server.services import approvals
+
+    body["approval"] = approvals.plan_summary(approvals.evaluate_task(ctx, session, inv, snap, spec))
     body["task"] = spec_to_document(spec)
     return body
 
@@ -163,6 +166,15 @@ def submit(ctx: ServiceContext, session: Session, raw: dict, actor: str) -> Task
             f"task {spec.name!r} cannot run on any pool, even when idle: {info['summary']}",
             details=[{"loc": reason, "msg": f"{count} node(s)"} for reason, count in idle.reasons.most_common()],
         )
+    from hetpool.server.services import approvals
+    from hetpool.server.services.cost import budget_hard_stop
+
+    stop = budget_hard_stop(ctx, session, inv, spec.tenant)
+    if stop:
+        raise BudgetExceededError(f"task {spec.name!r} refused: {stop}", details=[{"loc": "tenant", "msg": stop}])
+    approvals.check_task_labels(spec)
+    verdict = approvals.evaluate_task(ctx, session, inv, snap, spec)
+    state = TaskState.PENDING_APPROVAL if verdict.needed else TaskState.QUEUED
     now = ctx.clock.now()
     row = TaskRow(
         id=new_task_id(),
@@ -173,12 +185,12 @@ def submit(ctx: ServiceContext, session: Session, raw: dict, actor: str) -> Task
         template=spec.template,
         priority=spec.priority.value,
         priority_rank=spec.priority.rank,
-        state=TaskState.QUEUED.value,
+        state=state.value,
         spec=spec_to_document(spec),
         created_by=actor,
         created_at=now,
         updated_at=now,
-        queued_at=now,
+        queued_at=now if state == TaskState.QUEUED else None,  # an approved task queues from its approval
         attempt=0,
         message="",
     )
@@ -187,6 +199,8 @@ def submit(ctx: ServiceContext, session: Session, raw: dict, actor: str) -> Task
     audit.record(
         session, actor=actor, action="task.submit", object_kind="Task", object_id=row.id, after={"state": row.state, "spec": row.spec}, ts=now
     )
+    if verdict.needed:
+        approvals.open_task_request(ctx, session, row, spec, verdict, actor)
     return row
 
 
@@ -295,6 +309,10 @@ def task_dict(session: Session, row: TaskRow, *, detail: bool = False) -> dict:
     }
     if row.state == TaskState.QUEUED.value and row.pending_explanation:
         body["pending"] = row.pending_explanation
+    if row.state == TaskState.PENDING_APPROVAL.value:
+        from hetpool.server.services.approvals import pending_for_task
+
+        body["approval"] = pending_for_task(session, row.id)
     if detail:
         body["spec"] = row.spec
         body["placement_attempts"] = row.placement_attempts or []
@@ -306,12 +324,25 @@ def task_dict(session: Session, row: TaskRow, *, detail: bool = False) -> dict:
     return body
 
 
-def list_tasks(session: Session, *, state: str | None = None, tenant: str | None = None, limit: int = 200) -> list[TaskRow]:
+def _in_subtree(tenant: str):
+    # autoescape: '_' is allowed in tenant names and is a LIKE wildcard.
+    return (TaskRow.tenant == tenant) | TaskRow.tenant.startswith(tenant + "/", autoescape=True)
+
+
+def list_tasks(
+    session: Session, *, state: str | None = None, tenant: str | None = None, limit: int = 200, scopes: list[str] | None = None
+) -> list[TaskRow]:
+    """Newest first; `scopes` (from access.visible_tenants) keeps only tasks in those
+    subtrees (None: no restriction, []: nothing)."""
+    if scopes is not None and not scopes:
+        return []
     stmt = select(TaskRow).order_by(TaskRow.created_at.desc(), TaskRow.id).limit(limit)
     if state:
         stmt = stmt.where(TaskRow.state == state)
     if tenant:
-        stmt = stmt.where((TaskRow.tenant == tenant) | TaskRow.tenant.startswith(tenant + "/"))
+        stmt = stmt.where(_in_subtree(tenant.strip("/")))
+    if scopes is not None:
+        stmt = stmt.where(or_(*(_in_subtree(s) for s in scopes)))
     return list(session.execute(stmt).scalars())
 
 

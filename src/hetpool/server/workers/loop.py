@@ -8,14 +8,17 @@ import time
 
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.nodes import mark_offline
+from hetpool.server.workers.approvals import expire_approvals
+from hetpool.server.workers.cost import accrue_usage
 from hetpool.server.workers.dispatcher import dispatch_once
+from hetpool.server.workers.reclaim import reclaim_once
 from hetpool.server.workers.reconciler import reconcile_once
 from hetpool.server.workers.scheduler import schedule_once
 
 log = logging.getLogger(__name__)
 
 
-WORKER_STEPS = (mark_offline, schedule_once, dispatch_once, reconcile_once)
+WORKER_STEPS = (mark_offline, expire_approvals, schedule_once, dispatch_once, reconcile_once, reclaim_once, accrue_usage)
 
 
 def run_pass(ctx: ServiceContext, steps=WORKER_STEPS) -> None:

@@ -12,6 +12,7 @@ from hetpool.core.states import TaskState
 from hetpool.server.db.models import TaskRow
 from hetpool.server.services import tasks as task_service
 from hetpool.server.services.context import ServiceContext
+from hetpool.server.services.reclaim import RECLAIMED
 
 log = logging.getLogger(__name__)
 ACTOR = "reconciler"
@@ -55,7 +56,9 @@ def _apply(ctx: ServiceContext, task_id: str, attempt: int, status: JobStatus, c
             preempt_now(ctx, session, row, row.preempt_reason)
             return 1
         if cancel_requested and not preempting and status.phase.terminal:
-            task_service.transition(ctx, session, row, TaskState.CANCELLED, actor=ACTOR, message="cancelled on request", exit_code=status.exit_code)
+            # A reclaim (stop) set the reason as the message; keep it rather than the generic one.
+            message = row.message if row.message.startswith(RECLAIMED) else "cancelled on request"
+            task_service.transition(ctx, session, row, TaskState.CANCELLED, actor=ACTOR, message=message, exit_code=status.exit_code)
             return 1
         # A job that ended on its own before a preemption took effect: record what happened.
         if status.phase == JobPhase.RUNNING and state == TaskState.DISPATCHED:

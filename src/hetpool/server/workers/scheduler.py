@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
+from hetpool.core.governance import APPROVED_OVER_QUOTA_LABEL
 from hetpool.core.states import TaskState
 from hetpool.scheduling.cycle import CycleResult, QueuedTask, run_cycle
 from hetpool.server.db.models import PlacementRow, TaskRow
@@ -27,7 +28,7 @@ from hetpool.server.services.sched_state import (
 
 ACTOR = "scheduler"
 # Set on a task approved to run over its quota (see services/approvals.py).
-QUOTA_EXEMPT_LABEL = "hetpool.io/approved-over-quota"
+QUOTA_EXEMPT_LABEL = APPROVED_OVER_QUOTA_LABEL
 
 
 def quota_exempt(row: TaskRow) -> bool:
