@@ -29,9 +29,7 @@ SPECIAL_RESOURCES = (*DEVICE_CLASSES, NORMALISED, CPU_CORES, MEMORY_GB)
 
 
 class QuotaLimit(SpecModel):
-    resource: str = Field(
-        min_length=1, description="a device model, a pool, a device class (gpu, npu, dpu), a100-equivalent, cpu-cores or memory-gb"
-    )
+    resource: str = Field(min_length=1, description="a device model, a pool, a device class (gpu, npu, dpu), a100-equivalent, cpu-cores or memory-gb")
     nominal: float = Field(ge=0, description="guaranteed amount (devices, device-equivalents, cores or GB)")
     borrowing_limit: float | None = Field(default=None, ge=0, description="how far above nominal it may borrow; unset: no limit")
     lending_limit: float | None = Field(default=None, ge=0, description="how much of its idle nominal siblings may borrow; unset: all of it")
