@@ -100,14 +100,30 @@ def make_queue(n_tasks: int, rng: random.Random) -> list[QueuedTask]:
     return queue
 
 
+def make_quota_book(models, pools):
+    """org gets everything; its seven teams split the GPUs and NPUs unevenly, so some borrow."""
+    from hetpool.core.quota import QuotaSpec
+    from hetpool.governance.quota import QuotaBook
+
+    limits = [{"resource": "gpu", "nominal": 4000}, {"resource": "npu", "nominal": 4000}, {"resource": "a100-equivalent", "nominal": 6000}]
+    quotas = [QuotaSpec.model_validate({"kind": "Quota", "name": "org", "tenant": "org", "limits": limits})]
+    for t in range(7):
+        share = [{"resource": r, "nominal": n * (t + 1) / 28, "borrowing_limit": n / 8} for r, n in (("gpu", 4000), ("npu", 4000))]
+        quotas.append(QuotaSpec.model_validate({"kind": "Quota", "name": f"team{t}", "tenant": f"org/team{t}", "limits": share}))
+    return QuotaBook(quotas, models, {p.name: p.model for p in pools})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--tasks", type=int, default=2000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "cycle_bench.json")
+    parser.add_argument("--quotas", action="store_true", help="give org and its 7 teams quotas (gpu, npu, a100-equivalent) with borrowing")
+    parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
+    name = "cycle_bench_quotas.json" if args.quotas else "cycle_bench.json"
+    args.out = args.out or Path(__file__).parent / "results" / name
 
     rng = random.Random(args.seed)
     catalog, kb = DeviceCatalog.builtin(), CompatibilityKB.builtin()
@@ -121,7 +137,8 @@ def main() -> None:
 
     timings, admitted = [], 0
     for _ in range(args.repeat):
-        result = run_cycle(snapshot, queue, kb.check, datetime.now(UTC))
+        book = make_quota_book(models, pools) if args.quotas else None
+        result = run_cycle(snapshot, queue, kb.check, datetime.now(UTC), quota=book)
         timings.append(result.duration_s)
         admitted = len(result.admitted)
     median = statistics.median(timings)
@@ -136,6 +153,7 @@ def main() -> None:
         "cycle_s_median": round(median, 4),
         "cycle_s_all": [round(t, 4) for t in timings],
         "tasks_per_s": round(len(queue) / median, 1),
+        "quotas": len(book.quotas) if args.quotas else 0,
         "python": platform.python_version(),
         "machine": platform.machine(),
         "when": datetime.now(UTC).isoformat(timespec="seconds"),

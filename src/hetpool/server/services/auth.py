@@ -178,7 +178,8 @@ def _insert_use(session: Session, token_id: int, now: datetime) -> bool:
     else:
         from sqlalchemy.dialects.sqlite import insert
     stmt = insert(TokenUseRow).values(token_id=token_id, last_used_at=now, audited_at=now).on_conflict_do_nothing(index_elements=["token_id"])
-    return session.execute(stmt).rowcount == 1
+    # RETURNING, not rowcount: psycopg reports -1 for an INSERT … ON CONFLICT through SQLAlchemy.
+    return session.execute(stmt.returning(TokenUseRow.token_id)).scalar() is not None
 
 
 def _note_use(session: Session, token_id: int, now: datetime) -> bool:
@@ -274,11 +275,13 @@ def _resolve_oidc(session: Session, token: str, now: datetime, settings, *, sour
     user = session.execute(select(UserRow).where(UserRow.name == name)).scalar_one_or_none()
     if user is None:
         raise AuthFailure("unknown_user", f"OIDC user {name!r} has no hetpool account; ask an admin: hetpool users create {name} --role …", user=name)
+    # Per database and user: one process may serve (or test) several databases.
+    key = (str(session.get_bind().url), name)
     with _oidc.lock:
-        last = _oidc.audited.get(name)
+        last = _oidc.audited.get(key)
         due = last is None or time.monotonic() - last >= USE_AUDIT_INTERVAL.total_seconds()
         if due:
-            _oidc.audited[name] = time.monotonic()
+            _oidc.audited[key] = time.monotonic()
     if due:
         after = {"issuer": settings.oidc_issuer, **({"source": source} if source else {})}
         audit.record(session, actor=name, action="token.use", object_kind="OidcToken", object_id=name, after=after, ts=now)
