@@ -126,3 +126,21 @@ def test_every_change_is_audited(api: TestClient) -> None:
     assert [e["action"] for e in events] == ["inventory.create", "inventory.update"]
     assert events[1]["before"]["cpu_cores"] == 32 and events[1]["after"]["cpu_cores"] == 64
     assert api.get("/api/v1/audit/verify").json()["ok"] is True
+
+
+def test_governance_objects_must_name_existing_tenants_clusters_and_models(api: TestClient) -> None:
+    docs = [{"kind": "Tenant", "name": "org"}, {"kind": "Cluster", "name": "c1"}]
+    assert api.post("/api/v1/apply", json={"documents": docs}).status_code == 200
+    cases = [
+        ({"kind": "Budget", "name": "b", "tenant": "nobody", "amount": 10}, "unknown tenant 'nobody'"),
+        ({"kind": "PriceList", "name": "p", "cluster": "c9"}, "unknown cluster 'c9'"),
+        ({"kind": "PriceList", "name": "p", "devices": [{"model": "gpu-9000", "per_device_hour": 1}]}, "devices[0].model"),
+        ({"kind": "ApprovalPolicy", "name": "a", "tenant": "nobody"}, "unknown tenant"),
+    ]
+    for doc, expected in cases:
+        response = api.post("/api/v1/apply", json={"documents": [doc]})
+        assert response.status_code == 422 and expected in response.json()["message"], response.text
+    ok = [{"kind": "Budget", "name": "b", "tenant": "org", "amount": 10}, {"kind": "PriceList", "name": "p", "cluster": "c1"}]
+    assert api.post("/api/v1/apply", json={"documents": ok}).status_code == 200
+    assert "Budget/b" in api.delete("/api/v1/objects/tenants/org").json()["message"]
+    assert "PriceList/p" in api.delete("/api/v1/objects/clusters/c1").json()["message"]

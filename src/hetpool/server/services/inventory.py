@@ -143,6 +143,16 @@ def _check_references(inv: Inventory, spec: BaseModel) -> list[dict[str, str]]:
             if limit.resource not in SPECIAL_RESOURCES and limit.resource not in inv.catalog and limit.resource not in inv.pools:
                 bad(f"limits[{i}].resource", f"{limit.resource!r} is not a device model, pool or one of {', '.join(SPECIAL_RESOURCES)}")
         problems.extend({"loc": f"{where}: {loc}", "msg": msg} for loc, msg in quota_tree_problems(inv, spec))
+    elif spec.kind in ("Budget", "ApprovalPolicy", "ReclaimPolicy", "PriceList"):
+        tenant = getattr(spec, "tenant", None)
+        if tenant and tenant not in inv.tenants:
+            bad("tenant", f"unknown tenant {tenant!r}; known: {', '.join(sorted(inv.tenants)) or 'none'}")
+        cluster = getattr(spec, "cluster", None)
+        if cluster and cluster not in inv.clusters:
+            bad("cluster", f"unknown cluster {cluster!r}; known: {', '.join(sorted(inv.clusters)) or 'none'}")
+        for i, price in enumerate(getattr(spec, "devices", None) or []):
+            if price.model not in inv.catalog:
+                bad(f"devices[{i}].model", f"unknown device model {price.model!r} (see `hetpool get devicemodels`)")
     elif isinstance(spec, TenantSpec):
         if spec.parent and spec.parent not in inv.tenants:
             bad("name", f"parent tenant {spec.parent!r} does not exist; apply it first (or in the same batch)")
@@ -293,16 +303,19 @@ def delete_object(ctx: ServiceContext, session: Session, kind: str, name: str, a
 
 def _dependents(session: Session, inv: Inventory, kind: str, name: str) -> list[str]:
     if kind == "Cluster":
-        return [f"Node/{n.name}" for n in inv.nodes.values() if n.cluster == name] + [
-            f"Pool/{p.name}" for p in inv.pools.values() if p.cluster == name
-        ]
+        return (
+            [f"PriceList/{n}" for n, o in inv.governance.get("PriceList", {}).items() if getattr(o, "cluster", None) == name]
+            + [f"Node/{n.name}" for n in inv.nodes.values() if n.cluster == name]
+            + [f"Pool/{p.name}" for p in inv.pools.values() if p.cluster == name]
+        )
     if kind == "Node":
         users = [f"Pool/{p.name}" for p in inv.pools.values() if name in p.nodes]
         return users + _active_tasks(session, PlacementRow.node == name)
     if kind == "Tenant":
         children = [f"Tenant/{t}" for t in inv.tenants if t.startswith(name + "/")]
         quotas = [f"Quota/{q.name}" for q in inv.quotas.values() if q.tenant == name]
-        return children + quotas + _unfinished_tasks(session, TaskRow.tenant == name)
+        governed = [f"{k}/{n}" for k, objs in inv.governance.items() for n, o in objs.items() if getattr(o, "tenant", None) == name]
+        return children + quotas + governed + _unfinished_tasks(session, TaskRow.tenant == name)
     if kind == "TaskTemplate":
         return _unfinished_tasks(session, TaskRow.template == name)
     if kind == "Pool":
