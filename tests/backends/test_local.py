@@ -311,3 +311,20 @@ def test_tiny_log_limit_still_makes_progress(backend: LocalBackend) -> None:
     assert first.text == "算" and first.offset == 3
     second = backend.logs(handle, offset=first.offset, limit=1)
     assert second.text == "力" and second.complete
+
+
+# -- the shared contract (tests/backends/contract.py) --------------------------------------
+from tests.backends.contract import *  # noqa: E402, F403 (the contract cases)
+from tests.backends.contract import Harness  # noqa: E402
+
+
+@pytest.fixture
+def harness(tmp_path: Path) -> Iterator[Harness]:
+    work = tmp_path / "contract"
+    h = Harness(
+        kind="local", make_backend=lambda: LocalBackend(work), make_worker=lambda rank, devices: worker(rank, list(range(devices))), timeout_s=20
+    )
+    yield h
+    backend = LocalBackend(work)
+    for handle in h.cleanup:
+        backend.cancel(handle)
