@@ -1,6 +1,6 @@
 """The import rule of DESIGN.md: imports point inward only.
 
-core ← catalog ← scheduling ← governance ← server; core ← backends; core ← agent;
+core ← catalog ← scheduling ← governance ← server; catalog ← backends; core ← agent;
 catalog ← connectors; scheduling ← sim. Backends and connectors are the adapters: they
 may use HTTP clients. The domain and the scheduling core never import web, DB, HTTP or
 backend code.
@@ -21,7 +21,7 @@ ALLOWED = {
     "catalog": {"core"},
     "scheduling": {"core", "catalog"},
     "governance": {"core", "catalog", "scheduling"},
-    "backends": {"core"},
+    "backends": {"core", "catalog"},
     "agent": {"core", "catalog"},
     "connectors": {"core", "catalog"},
     "sim": {"core", "catalog", "scheduling", "governance"},

@@ -42,6 +42,7 @@ from hetpool.server.services.inventory import _active_tasks, apply_specs, load_i
 log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_S = 30.0
+ENGINE_NODE_LABEL = "hetpool.io/engine-node-name"
 # Placeholder classes for unknown devices, from the GRES / resource name the engine used.
 _CLASS_HINTS = {"gpu": DeviceClass.GPU, "npu": DeviceClass.NPU, "dpu": DeviceClass.DPU, "mlu": DeviceClass.NPU, "xpu": DeviceClass.NPU}
 
@@ -167,7 +168,8 @@ def reconcile(ctx: ServiceContext, session: Session, cluster: ClusterSpec, obs: 
             memory_gb=max(0.001, round(float(node.memory_gb), 3)),
             devices=groups,
             stack=_stack(node),
-            labels={k: str(v)[:256] for k, v in node.labels.items() if len(k) <= 253},
+            # The engine's own spelling of the node: backends address it by that name.
+            labels={**{k: str(v)[:256] for k, v in node.labels.items() if len(k) <= 253}, ENGINE_NODE_LABEL: node.name[:256]},
             description=f"synced from {obs.connector}",
         )
         old = inv.nodes.get(name)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -9,6 +10,7 @@ from hetpool.backends.base import Backend
 from hetpool.catalog.compat import CompatibilityKB
 from hetpool.catalog.devices import DeviceCatalog
 from hetpool.core.clock import Clock
+from hetpool.core.inventory import ClusterSpec
 from hetpool.server.db.session import Database
 from hetpool.server.settings import Settings
 
@@ -31,8 +33,19 @@ class ServiceContext:
             kb = kb.with_overrides(self.settings.compat_overrides.read_text())
         return kb
 
-    def backend_for(self, kind: str) -> Backend:
+    def backend_for(self, kind: str, cluster: ClusterSpec | None = None) -> Backend:
+        """The backend that runs work of `cluster` (a Slurm / Ray / Kubernetes cluster gets
+        its own instance, built from its backend_config and kept); the configured instance
+        of `kind` when no cluster is given, and always for local clusters."""
         backend = self.backends.get(kind)
-        if backend is None:
+        if backend is not None and (cluster is None or kind == "local"):
+            return backend
+        if cluster is None:
             raise LookupError(f"no '{kind}' backend is configured on this server (configured: {', '.join(self.backends) or 'none'})")
-        return backend
+        key = (cluster.name, kind, json.dumps(cluster.backend_config, sort_keys=True))
+        cache = self.__dict__.setdefault("_cluster_backends", {})
+        if key not in cache:
+            from hetpool.backends.registry import make_backend
+
+            cache[key] = make_backend(kind, dict(cluster.backend_config), self.builtin_catalog, self.settings.backend_dir / kind / cluster.name)
+        return cache[key]

@@ -354,5 +354,6 @@ def logs(ctx: ServiceContext, session: Session, task_id: str, *, rank: int, offs
 
     if rank < 0 or (row.spec.get("workers", 1) <= rank):
         raise SpecError(f"rank: worker {rank} does not exist; the task has ranks 0..{row.spec.get('workers', 1) - 1}")
-    chunk = ctx.backend_for(row.backend).logs(JobHandle(row.backend, row.job_id), rank=rank, offset=offset, limit=limit)
+    cluster = load_inventory(ctx, session).clusters.get(row.cluster or "")
+    chunk = ctx.backend_for(row.backend, cluster).logs(JobHandle(row.backend, row.job_id), rank=rank, offset=offset, limit=limit)
     return {"text": chunk.text, "offset": chunk.offset, "complete": chunk.complete and TaskState(row.state).terminal, "state": row.state}

@@ -57,12 +57,16 @@ def dispatch_once(ctx: ServiceContext) -> int:
         rows = session.execute(select(TaskRow).where(TaskRow.state == TaskState.ADMITTED.value)).scalars().all()
         if not rows:
             return 0
-        catalog = load_inventory(ctx, session).catalog
-        work = [(r.id, r.attempt, r.backend, _launch_request(catalog, r, task_service.placements_of(session, r))) for r in rows]
+        inv = load_inventory(ctx, session)
+        catalog = inv.catalog
+        work = [
+            (r.id, r.attempt, r.backend, inv.clusters.get(r.cluster or ""), _launch_request(catalog, r, task_service.placements_of(session, r)))
+            for r in rows
+        ]
     dispatched = 0
-    for task_id, attempt, backend_kind, request in work:
+    for task_id, attempt, backend_kind, cluster, request in work:
         try:
-            backend = ctx.backend_for(backend_kind)
+            backend = ctx.backend_for(backend_kind, cluster)
             handle = backend.submit(request)
             error = None
         except Exception as exc:  # a backend refusing the job fails the task with the reason
@@ -84,5 +88,5 @@ def dispatch_once(ctx: ServiceContext) -> int:
                     dispatched += 1
         if cancel_later is not None:
             # Cancelled while we were submitting: stop what we just started.
-            ctx.backend_for(backend_kind).cancel(JobHandle(cancel_later.backend, cancel_later.job_id))
+            ctx.backend_for(backend_kind, cluster).cancel(JobHandle(cancel_later.backend, cancel_later.job_id))
     return dispatched

@@ -12,6 +12,7 @@ from hetpool.core.states import TaskState
 from hetpool.server.db.models import TaskRow
 from hetpool.server.services import tasks as task_service
 from hetpool.server.services.context import ServiceContext
+from hetpool.server.services.inventory import load_inventory
 from hetpool.server.services.reclaim import RECLAIMED
 
 log = logging.getLogger(__name__)
@@ -24,13 +25,15 @@ def reconcile_once(ctx: ServiceContext) -> int:
         rows = session.execute(select(TaskRow).where(TaskRow.state.in_(_FOLLOWED))).scalars().all()
         # A preemption request stops the job like a cancel does, then requeues the task.
         work = [(r.id, r.attempt, r.backend, r.job_id, r.cancel_requested or bool(r.preempt_reason)) for r in rows]
-    by_backend: dict[str, list] = defaultdict(list)
+        clusters = load_inventory(ctx, session).clusters if rows else {}
+        cluster_of = {r.id: r.cluster or "" for r in rows}
+    by_backend: dict[tuple[str, str], list] = defaultdict(list)
     for item in work:
-        by_backend[item[2]].append(item)
+        by_backend[(item[2], cluster_of[item[0]])].append(item)
     changes = 0
-    for backend_kind, items in by_backend.items():
+    for (backend_kind, cluster_name), items in by_backend.items():
         try:
-            backend = ctx.backend_for(backend_kind)
+            backend = ctx.backend_for(backend_kind, clusters.get(cluster_name))
         except LookupError:
             continue
         for _task_id, _, _, job_id, cancel_requested in items:
