@@ -54,7 +54,7 @@ def test_no_self_transitions() -> None:
 
 def test_terminal_and_active_flags() -> None:
     assert {s for s in TaskState if s.terminal} == {TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED}
-    assert {s for s in TaskState if s.holds_resources} == {TaskState.ADMITTED, TaskState.DISPATCHED, TaskState.RUNNING}
+    assert {s for s in TaskState if s.holds_resources} == {TaskState.ADMITTED, TaskState.DISPATCHED, TaskState.RUNNING, TaskState.UNKNOWN}
     assert not TERMINAL_STATES & ACTIVE_STATES
     # Every non-terminal state can still be cancelled or otherwise end.
     for state in set(TaskState) - TERMINAL_STATES:

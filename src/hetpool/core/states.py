@@ -13,6 +13,7 @@ class TaskState(StrEnum):
     ADMITTED = "admitted"
     DISPATCHED = "dispatched"
     RUNNING = "running"
+    UNKNOWN = "unknown"  # dispatched, but its backend cannot be reached: neither lost nor failed
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -29,14 +30,17 @@ class TaskState(StrEnum):
 
 TERMINAL_STATES = frozenset({TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED})
 # States in which a task's placement occupies capacity.
-ACTIVE_STATES = frozenset({TaskState.ADMITTED, TaskState.DISPATCHED, TaskState.RUNNING})
+ACTIVE_STATES = frozenset({TaskState.ADMITTED, TaskState.DISPATCHED, TaskState.RUNNING, TaskState.UNKNOWN})
 
 ALLOWED_TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
     TaskState.PENDING_APPROVAL: frozenset({TaskState.QUEUED, TaskState.CANCELLED, TaskState.FAILED}),
     TaskState.QUEUED: frozenset({TaskState.ADMITTED, TaskState.CANCELLED, TaskState.FAILED}),
     TaskState.ADMITTED: frozenset({TaskState.DISPATCHED, TaskState.QUEUED, TaskState.CANCELLED, TaskState.FAILED, TaskState.PREEMPTED}),
-    TaskState.DISPATCHED: frozenset({TaskState.RUNNING, TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED, TaskState.PREEMPTED}),
-    TaskState.RUNNING: frozenset({TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED, TaskState.PREEMPTED}),
+    TaskState.DISPATCHED: frozenset(
+        {TaskState.RUNNING, TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED, TaskState.PREEMPTED, TaskState.UNKNOWN}
+    ),
+    TaskState.RUNNING: frozenset({TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED, TaskState.PREEMPTED, TaskState.UNKNOWN}),
+    TaskState.UNKNOWN: frozenset({TaskState.RUNNING, TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED, TaskState.PREEMPTED}),
     TaskState.PREEMPTED: frozenset({TaskState.QUEUED, TaskState.CANCELLED}),
     TaskState.SUCCEEDED: frozenset(),
     TaskState.FAILED: frozenset(),

@@ -254,7 +254,7 @@ def cancel(ctx: ServiceContext, session: Session, task_id: str, actor: str) -> T
     state = TaskState(row.state)
     if state.terminal:
         raise ConflictError(f"task {task_id} already ended ({state.value}); nothing to cancel")
-    if state in (TaskState.DISPATCHED, TaskState.RUNNING):
+    if state in (TaskState.DISPATCHED, TaskState.RUNNING, TaskState.UNKNOWN):
         # The backend job must be stopped first; the reconciler does that outside any
         # transaction and then records the cancellation.
         if not row.cancel_requested:

@@ -45,7 +45,7 @@ ACCRUE_STEP_S = 60.0
 # Budgets are re-checked after every pass that charged something, and at least this often.
 BUDGET_CHECK_S = 300.0
 _HOLDING = {s.value for s in ACTIVE_STATES}
-_STATE_ACTIONS = [f"task.{s.value}" for s in TaskState if s not in (TaskState.DISPATCHED, TaskState.RUNNING)]
+_STATE_ACTIONS = [f"task.{s.value}" for s in TaskState if s not in (TaskState.DISPATCHED, TaskState.RUNNING, TaskState.UNKNOWN)]
 _CHUNK = 500
 
 

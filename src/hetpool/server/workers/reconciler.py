@@ -17,7 +17,7 @@ from hetpool.server.services.reclaim import RECLAIMED
 
 log = logging.getLogger(__name__)
 ACTOR = "reconciler"
-_FOLLOWED = [TaskState.DISPATCHED.value, TaskState.RUNNING.value]
+_FOLLOWED = [TaskState.DISPATCHED.value, TaskState.RUNNING.value, TaskState.UNKNOWN.value]
 
 
 def reconcile_once(ctx: ServiceContext) -> int:
@@ -36,14 +36,29 @@ def reconcile_once(ctx: ServiceContext) -> int:
             backend = ctx.backend_for(backend_kind, clusters.get(cluster_name))
         except LookupError:
             continue
-        for _task_id, _, _, job_id, cancel_requested in items:
-            if cancel_requested:
-                backend.cancel(JobHandle(backend_kind, job_id))
-        statuses = backend.poll([JobHandle(backend_kind, job_id) for _, _, _, job_id, _ in items])
+        try:
+            for _task_id, _, _, job_id, cancel_requested in items:
+                if cancel_requested:
+                    backend.cancel(JobHandle(backend_kind, job_id))
+            statuses = backend.poll([JobHandle(backend_kind, job_id) for _, _, _, job_id, _ in items])
+        except Exception as exc:  # unreachable engine: its tasks become unknown, never failed
+            log.warning("backend %s of cluster %s unreachable: %s", backend_kind, cluster_name, exc)
+            for task_id, attempt, *_ in items:
+                changes += _mark_unknown(ctx, task_id, attempt, f"{backend_kind} backend of cluster {cluster_name or '-'} unreachable: {exc}")
+            continue
         for task_id, attempt, _, job_id, cancel_requested in items:
             status = statuses.get(job_id, JobStatus(JobPhase.LOST))
             changes += _apply(ctx, task_id, attempt, status, cancel_requested)
     return changes
+
+
+def _mark_unknown(ctx: ServiceContext, task_id: str, attempt: int, message: str) -> int:
+    with ctx.db.transaction() as session:
+        row = task_service.get_row(session, task_id, for_update=True)
+        if row.attempt != attempt or row.state not in (TaskState.DISPATCHED.value, TaskState.RUNNING.value):
+            return 0
+        task_service.transition(ctx, session, row, TaskState.UNKNOWN, actor=ACTOR, message=message[:500])
+        return 1
 
 
 def _apply(ctx: ServiceContext, task_id: str, attempt: int, status: JobStatus, cancel_requested: bool) -> int:
@@ -64,6 +79,10 @@ def _apply(ctx: ServiceContext, task_id: str, attempt: int, status: JobStatus, c
             task_service.transition(ctx, session, row, TaskState.CANCELLED, actor=ACTOR, message=message, exit_code=status.exit_code)
             return 1
         # A job that ended on its own before a preemption took effect: record what happened.
+        if status.phase in (JobPhase.RUNNING, JobPhase.PENDING) and state == TaskState.UNKNOWN:
+            # The backend is back and the job is still there.
+            task_service.transition(ctx, session, row, TaskState.RUNNING, actor=ACTOR, message="backend reachable again")
+            return 1
         if status.phase == JobPhase.RUNNING and state == TaskState.DISPATCHED:
             task_service.transition(ctx, session, row, TaskState.RUNNING, actor=ACTOR)
             return 1
@@ -75,7 +94,9 @@ def _apply(ctx: ServiceContext, task_id: str, attempt: int, status: JobStatus, c
             task_service.transition(ctx, session, row, TaskState.FAILED, actor=ACTOR, exit_code=status.exit_code, message=message)
             return 1
         if status.phase == JobPhase.CANCELLED:
-            task_service.transition(ctx, session, row, TaskState.CANCELLED, actor=ACTOR, message=status.message or "cancelled on the backend")
+            # Killed outside hetpool (scancel, kubectl delete …): nobody asked, so it failed.
+            message = f"cancelled outside hetpool: {status.message}" if status.message else "cancelled outside hetpool (on the backend)"
+            task_service.transition(ctx, session, row, TaskState.FAILED, actor=ACTOR, exit_code=status.exit_code, message=message)
             return 1
         if status.phase == JobPhase.LOST:
             task_service.transition(ctx, session, row, TaskState.FAILED, actor=ACTOR, message="the backend no longer knows this job")

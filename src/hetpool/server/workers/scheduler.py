@@ -131,7 +131,7 @@ def _request_preemption(ctx: ServiceContext, session, victim_id: str, preemptor_
     on a backend: the reconciler stops the job first, then requeues it."""
     victim = task_service.get_row(session, victim_id, for_update=True)
     state = TaskState(victim.state)
-    if victim.preempt_reason or state not in (TaskState.ADMITTED, TaskState.DISPATCHED, TaskState.RUNNING):
+    if victim.preempt_reason or state not in (TaskState.ADMITTED, TaskState.DISPATCHED, TaskState.RUNNING, TaskState.UNKNOWN):
         return
     message = reason or f"preempted by {preemptor_id}"
     if state == TaskState.ADMITTED:
