@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 PORT ?= 8080
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test venv lint bench clean-demo
+.PHONY: demo demo-full test venv lint bench clean-demo
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,12 @@ venv: $(STAMP)
 ## Start the server with the demo inventory on SQLite (data in ~/.hetpool unless DATA_DIR=...).
 demo: $(STAMP)
 	$(BIN)/hetpool up --demo --port $(PORT) $(if $(DATA_DIR),--data-dir $(DATA_DIR))
+
+## The demo with a real Slurm cluster and a Ray head beside the local backend (stops them on exit).
+demo-full: $(STAMP)
+	@conf=$$(deploy/slurm.sh start) && ray=$$(deploy/ray.sh start) && \
+	  $(BIN)/hetpool up --demo --port $(PORT) --slurm-conf $$conf --ray-address $$ray $(if $(DATA_DIR),--data-dir $(DATA_DIR)); \
+	  deploy/ray.sh stop; deploy/slurm.sh stop
 
 ## Install what the tests need, start PostgreSQL, a Slurm cluster and a Ray head, run the suite on SQLite and PostgreSQL.
 test: $(STAMP)

@@ -70,11 +70,23 @@ def up(
     database_url: str = typer.Option("", "--database-url", envvar="HETPOOL_DATABASE_URL", help="default: SQLite in the data dir"),
     demo_dir: Path = typer.Option(Path("examples/demo"), "--demo-dir", help="inventory loaded by --demo"),
     workers: bool = typer.Option(True, "--workers/--no-workers", envvar="HETPOOL_RUN_WORKERS", help="run the scheduler, dispatcher and reconciler"),
+    slurm_conf: str = typer.Option("", "--slurm-conf", envvar="HETPOOL_DEMO_SLURM_CONF", help="also import this Slurm cluster as 'hpc'"),
+    ray_address: str = typer.Option("", "--ray-address", envvar="HETPOOL_DEMO_RAY_ADDRESS", help="also import this Ray head as 'ray-lab'"),
 ) -> None:
     """Start the server: API, scheduler, dispatcher and home page."""
     from hetpool.cli.serve import serve
 
-    serve(demo=demo, data_dir=data_dir, host=host, port=port, database_url=database_url, demo_dir=demo_dir, workers=workers)
+    serve(
+        demo=demo,
+        data_dir=data_dir,
+        host=host,
+        port=port,
+        database_url=database_url,
+        demo_dir=demo_dir,
+        workers=workers,
+        slurm_conf=slurm_conf,
+        ray_address=ray_address,
+    )
 
 
 @app.command()

@@ -29,7 +29,44 @@ def load_demo(ctx, demo_dir: Path) -> int:
         return len(apply_specs(ctx, session, specs, actor="system"))
 
 
-def serve(*, demo: bool, data_dir: Path | None, host: str, port: int, database_url: str, demo_dir: Path, workers: bool) -> None:
+def engine_clusters(slurm_conf: str, ray_address: str) -> list[dict]:
+    """Cluster documents for the demo's Slurm cluster and Ray head (deploy/slurm.sh, deploy/ray.sh)."""
+    docs = []
+    if slurm_conf:
+        config = {"conf": slurm_conf, "gres_models": "gpu:a100=nvidia-a100-80g", "sync_interval_s": "10"}
+        docs.append({"kind": "Cluster", "name": "hpc", "backend": "slurm", "zone": "hpc", "backend_config": config})
+    if ray_address:
+        config = {"address": ray_address, "sync_interval_s": "10"}
+        docs.append({"kind": "Cluster", "name": "ray-lab", "backend": "ray", "zone": "ray", "backend_config": config})
+    return docs
+
+
+def load_engines(ctx, slurm_conf: str, ray_address: str) -> list[str]:
+    """Apply the engines' clusters and sync them once, so their nodes and pools are there at start."""
+    from hetpool.server.services.connector_sync import sync_cluster
+
+    docs = engine_clusters(slurm_conf, ray_address)
+    with ctx.db.transaction() as session:
+        apply_specs(ctx, session, parse_documents([(f"engine {i}", d) for i, d in enumerate(docs)]), actor="system")
+    lines = []
+    for doc in docs:
+        summary = sync_cluster(ctx, doc["name"])
+        lines.append(f"{doc['name']} ({doc['backend']}): {summary['nodes']} nodes, pools {sorted(summary['devices']) or ['cpu']}")
+    return lines
+
+
+def serve(
+    *,
+    demo: bool,
+    data_dir: Path | None,
+    host: str,
+    port: int,
+    database_url: str,
+    demo_dir: Path,
+    workers: bool,
+    slurm_conf: str = "",
+    ray_address: str = "",
+) -> None:
     overrides = {"host": host, "port": port, "run_workers": workers}
     if data_dir:
         overrides["data_dir"] = data_dir
@@ -48,5 +85,8 @@ def serve(*, demo: bool, data_dir: Path | None, host: str, port: int, database_u
     if demo:
         applied = load_demo(ctx, demo_dir)
         console.print(f"demo inventory: {applied} objects applied from {demo_dir}" if applied else "demo inventory already present")
+    if slurm_conf or ray_address:
+        for line in load_engines(ctx, slurm_conf, ray_address):
+            console.print(f"engine cluster {line}")
     console.print(f"hetpool {settings.data_dir} · database {ctx.db.dialect} · serving on {url}")
     uvicorn.run(create_app(settings, ctx), host=host, port=port, log_level="warning")
