@@ -1,0 +1,463 @@
+"""Runs placed work on a Slurm cluster: one sbatch per task (mapping in docs/backends.md#the-slurm-backend).
+
+The server talks to Slurm with its command-line clients (sbatch, squeue, scancel, scontrol)
+and keeps each job's state in files under ``<work_dir>/jobs/<job_name>/``, which the Slurm
+nodes must see under the same path (a shared filesystem; one host here). Nothing lives in
+this object, so a new `SlurmBackend` on the same work_dir finds, polls, cancels and reads
+the logs of jobs an earlier one submitted — also after slurmctld has forgotten them
+(MinJobAge after the end; without slurmdbd there is nothing else to ask)::
+
+    request.json      the request and each worker's environment (written first, exclusively)
+    job.sh worker.sh env-<rank>.sh command.sh   what sbatch and srun run (script.py)
+    slurm_job_id      written by submit once sbatch has answered
+    started           the job id again, written by the batch script when the job starts
+    worker-<rank>/output.log   the worker's stdout and stderr
+    worker-<rank>/exit_code    written by the worker wrapper when the command has ended
+    first-failure/rank         "<rank> <code>" of the first worker that failed
+    result            the batch script's last word: "exit <code> [rank <r>]" or "signal TERM"
+    cancel_requested  marker: hetpool asked for the cancel
+    final.json        the terminal status, once known (it never changes after that)
+    batch.log         the batch step's own output (where Slurm reports launch errors)
+"""
+
+from __future__ import annotations
+
+import codecs
+import dataclasses
+import fcntl
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from hetpool.backends.base import (
+    Backend,
+    JobHandle,
+    JobPhase,
+    JobStatus,
+    LaunchRequest,
+    LogChunk,
+    SupportsGang,
+    SupportsLogStreaming,
+    WorkerLaunch,
+    job_name,
+    worker_environment,
+)
+from hetpool.backends.local.backend import create_exclusive, write_atomic
+from hetpool.backends.slurm.script import (
+    SlurmNode,
+    SlurmPlanError,
+    batch_script,
+    env_script,
+    parse_nodes,
+    parse_overrides,
+    plan_job,
+    rank_environment,
+    sbatch_args,
+    worker_script,
+)
+from hetpool.catalog.devices import DeviceCatalog
+from hetpool.core.errors import BackendUnavailableError, HetpoolError
+
+DEFAULT_TIMEOUT_S = 15.0
+NODE_CACHE_S = 60.0  # node names, addresses and GRES change rarely; a miss refreshes at once
+_SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_JOB_ID = re.compile(r"\d+")
+_NULL = {"", "(null)", "N/A", "None", "none"}
+_SQUEUE_FORMAT = "JobID:|,HetJobID:|,Name:|,State:|,exit_code:|,Reason:|"
+
+_PENDING = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "POWER_UP_NODE"}
+_RUNNING = {"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT", "RESIZING", "UPDATE_DB"}
+_FAILED = {"FAILED", "OUT_OF_MEMORY", "NODE_FAIL", "TIMEOUT", "BOOT_FAIL", "DEADLINE", "PREEMPTED", "SPECIAL_EXIT", "REVOKED"}
+# Pending reasons that no amount of waiting fixes: the job is failed (and cancelled) at once.
+_IMPOSSIBLE = {
+    "BadConstraints",
+    "PartitionTimeLimit",
+    "InvalidAccount",
+    "InvalidQOS",
+    "AccountNotAllowed",
+    "QOSNotAllowed",
+    "DependencyNeverSatisfied",
+}
+_IMPOSSIBLE_RE = re.compile(r"(Assoc|QOS)Max\w*PerJob\w*")  # a per-job limit, not a count of running jobs
+# scancel's answers for a job that is already over (or long gone): nothing to do.
+_CANCEL_DONE = ("already completing or completed", "Invalid job id")
+
+
+class SlurmError(HetpoolError):
+    """Slurm refused the job (sbatch's message says why)."""
+
+    code = "backend_rejected"
+
+
+@dataclass(frozen=True)
+class _Row:
+    """One squeue line: a job, or one component of a heterogeneous job."""
+
+    job_id: str
+    leader: str  # the id sbatch printed (HetJobID for components)
+    name: str
+    state: str
+    exit_raw: int | None
+    reason: str
+
+
+class SlurmBackend(Backend, SupportsGang, SupportsLogStreaming):
+    kind = "slurm"
+
+    def __init__(self, config: dict[str, str], catalog: DeviceCatalog, work_dir: Path) -> None:
+        # Absolute: the path is written into the job scripts that run on the nodes.
+        self.work_dir = Path(work_dir).resolve()
+        (self.work_dir / "jobs").mkdir(parents=True, exist_ok=True)
+        self.catalog = catalog
+        self.conf = config.get("conf", "").strip()
+        self.bin_dir = config.get("bin_dir", "").strip()
+        self.partition = config.get("partition", "").strip()
+        self.account = config.get("account", "").strip()
+        self.qos = config.get("qos", "").strip()
+        self.node_prefix = config.get("node_prefix", "")
+        try:
+            self.timeout_s = float(config.get("timeout_s") or DEFAULT_TIMEOUT_S)
+        except ValueError:
+            raise ValueError(f"slurm: timeout_s {config.get('timeout_s')!r} is not a number") from None
+        self.overrides = parse_overrides(config.get("gres_models", ""))
+        missing = sorted({m for m in self.overrides.values() if m not in catalog})
+        if missing:
+            raise ValueError(f"slurm: gres_models maps to models the catalog does not have: {', '.join(missing)}")
+        self._nodes_cache: tuple[float, dict[str, SlurmNode]] | None = None
+
+    # -- the contract ---------------------------------------------------------------------
+
+    def submit(self, request: LaunchRequest) -> JobHandle:
+        name = request.job_name
+        job_dir = self._job_dir(name)
+        if not request.workers:
+            raise SlurmPlanError(f"{name}: a launch request needs at least one worker")
+        env = {str(w.rank): worker_environment(request, w) for w in request.workers}
+        for values in env.values():
+            env_script(values)  # refuses names a shell cannot export, before anything is written
+        job_dir.mkdir(parents=True, exist_ok=True)
+        # Like the local backend: the submit that creates request.json defines the job; a
+        # repeated submit (a dispatcher that crashed before its commit) uses what is stored.
+        create_exclusive(job_dir / "request.json", json.dumps({"request": dataclasses.asdict(request), "env": env}, indent=2))
+        with _locked(job_dir):
+            if self._known_id(job_dir) is None:
+                # sbatch may have accepted the job before we could record its id.
+                rows = self._query(names=[name])
+                if rows:
+                    write_atomic(job_dir / "slurm_job_id", _latest(rows))
+                else:
+                    self._sbatch(job_dir, _load(job_dir))
+        return JobHandle(backend=self.kind, job_id=name)
+
+    def find(self, task_id: str, attempt: int) -> JobHandle | None:
+        name = job_name(task_id, attempt)
+        if not _SAFE_NAME.fullmatch(name):
+            return None
+        job_dir = self.work_dir / "jobs" / name
+        if self._known_id(job_dir) is None:
+            rows = self._query(names=[name])
+            if not rows:
+                return None
+            job_dir.mkdir(parents=True, exist_ok=True)
+            write_atomic(job_dir / "slurm_job_id", _latest(rows))
+        return JobHandle(backend=self.kind, job_id=name)
+
+    def poll(self, handles: list[JobHandle]) -> dict[str, JobStatus]:
+        result: dict[str, JobStatus] = {}
+        live: dict[str, tuple[Path, str]] = {}  # name -> (job dir, Slurm id)
+        for handle in handles:
+            name = handle.job_id
+            job_dir = self._existing(name)
+            if job_dir is None:
+                result[name] = JobStatus(JobPhase.LOST, message=f"no Slurm job {name} in {self.work_dir}")
+            elif (final := _read_final(job_dir)) is not None:
+                result[name] = final
+            elif (job_id := self._known_id(job_dir)) is not None:
+                live[name] = (job_dir, job_id)
+            else:
+                result[name] = JobStatus(JobPhase.LOST, message=f"{name} was written but never reached Slurm")
+        if live:
+            # One squeue for all of them; "Slurm cannot be reached" raises, it is never LOST.
+            rows = self._query(ids=sorted({job_id for _, job_id in live.values()}))
+            for name, (job_dir, job_id) in live.items():
+                # The name guards against ids that a reset slurmctld hands out again.
+                mine = [r for r in rows if r.leader == job_id and r.name == name]
+                result[name] = self._status(name, job_dir, job_id, mine)
+        return {h.job_id: result[h.job_id] for h in handles}
+
+    def cancel(self, handle: JobHandle) -> None:
+        name = handle.job_id
+        job_dir = self._existing(name)
+        if job_dir is None or _read_final(job_dir) is not None:
+            return  # unknown, or already over: nothing to do
+        # The marker first: it makes the outcome "cancelled" even when the job ends before
+        # Slurm's answer could be read, and explains a batch script stopped by SIGTERM.
+        (job_dir / "cancel_requested").touch()
+        self._scancel(name, self._known_id(job_dir))
+
+    def logs(self, handle: JobHandle, rank: int = 0, offset: int = 0, limit: int = 65536) -> LogChunk:
+        job_dir = self._existing(handle.job_id)
+        if job_dir is None or not (job_dir / "request.json").exists():
+            raise ValueError(f"unknown slurm job {handle.job_id!r}")
+        ranks = sorted(w["rank"] for w in _load(job_dir)["request"]["workers"])
+        if rank not in ranks:
+            raise ValueError(f"job {handle.job_id} has no worker rank {rank}; valid ranks: {ranks}")
+        try:
+            with open(job_dir / f"worker-{rank}" / "output.log", "rb") as f:
+                f.seek(offset)
+                data = f.read(max(limit, 4))  # at least one whole UTF-8 character
+                size = os.fstat(f.fileno()).st_size
+        except FileNotFoundError:
+            data, size = b"", 0
+        end = offset + len(data)
+        # Complete only at the end of the file of a worker that is over; Slurm is asked only
+        # when the files cannot tell (a worker killed by a cancel writes no exit_code).
+        final = end >= size and self._worker_ended(handle, job_dir, rank)
+        # Offsets count bytes; never split a UTF-8 character across chunks.
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        text = decoder.decode(data, final=final)
+        held_back = len(decoder.getstate()[0])
+        return LogChunk(text=text, offset=end - held_back, complete=final and held_back == 0)
+
+    # -- status -----------------------------------------------------------------------------
+
+    def _status(self, name: str, job_dir: Path, job_id: str, rows: list[_Row]) -> JobStatus:
+        if not rows:
+            return _settle(job_dir, _from_files(job_dir, job_id))
+        row = next((r for r in rows if r.job_id == r.leader), rows[0])
+        state, reason = row.state, row.reason if row.reason not in _NULL else ""
+        if state in _PENDING:
+            if reason in _IMPOSSIBLE or _IMPOSSIBLE_RE.fullmatch(reason):
+                # Cancelled first: if scancel fails, nothing is recorded and the next poll tries
+                # again; once recorded, the outcome stays "failed" with Slurm's reason.
+                self._scancel(name, job_id)
+                return _settle(job_dir, JobStatus(JobPhase.FAILED, message=f"Slurm cannot run job {job_id}: {reason}"))
+            return JobStatus(JobPhase.PENDING, message=f"Slurm: {reason}" if reason else "")
+        if state in _RUNNING:
+            return JobStatus(JobPhase.RUNNING, message="" if state == "RUNNING" else f"Slurm: {state.lower()}")
+        result = _read_result(job_dir)
+        if state == "COMPLETED":
+            status = JobStatus(JobPhase.SUCCEEDED, exit_code=0)
+        elif state == "CANCELLED":
+            by = "by hetpool" if (job_dir / "cancel_requested").exists() else "in Slurm (scancel)"
+            status = JobStatus(JobPhase.CANCELLED, message=f"Slurm job {job_id} cancelled {by}")
+        elif state == "FAILED" and result is not None and result[0] == "exit" and result[1]:
+            status = JobStatus(JobPhase.FAILED, exit_code=result[1], message=result[2] or f"Slurm job {job_id} failed")
+        elif state in _FAILED:
+            code = _decode_exit(row.exit_raw)
+            detail = f"Slurm job {job_id} {state}" + (f" ({reason})" if reason else "") + _batch_tail(job_dir)
+            status = JobStatus(JobPhase.FAILED, exit_code=code or None, message=detail)
+        else:
+            # A state this code does not know: not terminal, so the devices stay accounted for.
+            return JobStatus(JobPhase.RUNNING, message=f"Slurm state {state}")
+        return _settle(job_dir, status)
+
+    def _worker_ended(self, handle: JobHandle, job_dir: Path, rank: int) -> bool:
+        if (job_dir / f"worker-{rank}" / "exit_code").exists() or (job_dir / "final.json").exists():
+            return True
+        return self.poll([handle])[handle.job_id].phase.terminal
+
+    # -- Slurm ------------------------------------------------------------------------------
+
+    def _sbatch(self, job_dir: Path, stored: dict) -> str:
+        request = _request_from(stored["request"])
+        plan = plan_job(request, self._nodes_for(request.workers), self.catalog, self.overrides, self.node_prefix)
+        name = request.job_name
+        placed = {w.rank: w.device_indices for w in request.workers}
+        (job_dir / "command.sh").write_text(request.command, encoding="utf-8")
+        for rank in plan.ranks:
+            env = rank_environment(stored["env"][str(rank.rank)], rank, placed[rank.rank], plan.master_addr)
+            (job_dir / f"env-{rank.rank}.sh").write_text(env_script(env), encoding="utf-8")
+            (job_dir / f"worker-{rank.rank}").mkdir(exist_ok=True)
+        (job_dir / "worker.sh").write_text(worker_script(name, job_dir, plan), encoding="utf-8")
+        (job_dir / "job.sh").write_text(batch_script(name, job_dir, plan), encoding="utf-8")
+        comment = f"hetpool task {request.task_id} attempt {request.attempt}"
+        args = sbatch_args(name, job_dir, plan, partition=self.partition, account=self.account, qos=self.qos, comment=comment)
+        done = self._run("sbatch", *args, str(job_dir / "job.sh"))
+        job_id = done.stdout.strip().split(";")[0]
+        if done.returncode != 0 or not _JOB_ID.fullmatch(job_id):
+            detail = (done.stderr or done.stdout).strip()[:2000]
+            raise SlurmError(f"sbatch refused {name}: {detail or f'exit {done.returncode}'}")
+        write_atomic(job_dir / "slurm_job_id", job_id)
+        return job_id
+
+    def _query(self, *, ids: list[str] | None = None, names: list[str] | None = None) -> list[_Row]:
+        """Jobs slurmctld still knows (any state): by id or by name."""
+        args = ["-h", "--states=all", "-O", _SQUEUE_FORMAT]
+        if ids:
+            args.append("-j" + ",".join(ids))
+        if names:
+            args.append("--name=" + ",".join(names))
+        done = self._run("squeue", *args)
+        if done.returncode != 0:
+            if "Invalid job id" in done.stderr:
+                return []  # squeue -j<one id> that slurmctld has forgotten
+            raise BackendUnavailableError(f"slurm: squeue failed (exit {done.returncode}): {(done.stderr or done.stdout).strip()[:2000]}")
+        rows = []
+        for line in done.stdout.splitlines():
+            parts = line.split("|")
+            if len(parts) < 6 or not _JOB_ID.fullmatch(parts[0].strip()):
+                continue
+            job_id, het, name, state, exit_raw, reason = (p.strip() for p in parts[:6])
+            leader = het if _JOB_ID.fullmatch(het) else job_id
+            exit_value = int(exit_raw) if exit_raw.isdigit() else None
+            rows.append(_Row(job_id, leader, name, state.split()[0].rstrip("+") if state else "", exit_value, reason))
+        return rows
+
+    def _scancel(self, name: str, job_id: str | None) -> None:
+        # --name as well as the id: never cancel someone else's job that got a reused id.
+        done = self._run("scancel", f"--name={name}", *([job_id] if job_id else []))
+        if done.returncode != 0 and not any(s in done.stderr for s in _CANCEL_DONE):
+            raise BackendUnavailableError(f"slurm: scancel {job_id or name} failed (exit {done.returncode}): {done.stderr.strip()[:2000]}")
+
+    def _nodes_for(self, workers: list[WorkerLaunch]) -> dict[str, SlurmNode]:
+        wanted = {w.node[len(self.node_prefix) :].lower() for w in workers if w.node.startswith(self.node_prefix)}
+        now = time.monotonic()
+        cached = self._nodes_cache
+        if cached is None or now - cached[0] > NODE_CACHE_S or not wanted <= cached[1].keys():
+            done = self._run("scontrol", "--oneliner", "show", "node")
+            if done.returncode != 0:
+                raise BackendUnavailableError(f"slurm: scontrol show node failed (exit {done.returncode}): {done.stderr.strip()[:2000]}")
+            cached = self._nodes_cache = (now, parse_nodes(done.stdout))
+        return cached[1]
+
+    def _run(self, program: str, *args: str) -> subprocess.CompletedProcess[str]:
+        if self.bin_dir:
+            path = os.path.join(self.bin_dir, program)
+        else:
+            path = shutil.which(program) or ""
+        if not path or not os.access(path, os.X_OK):
+            where = f"in bin_dir {self.bin_dir}" if self.bin_dir else "on PATH"
+            raise BackendUnavailableError(f"slurm: {program} not found {where}; install slurm-client or set bin_dir")
+        env = dict(os.environ)
+        if self.conf:
+            env["SLURM_CONF"] = self.conf
+        try:
+            return subprocess.run([path, *args], env=env, capture_output=True, text=True, timeout=self.timeout_s, check=False)
+        except subprocess.TimeoutExpired:
+            raise BackendUnavailableError(f"slurm: {program} took longer than {self.timeout_s:g} s") from None
+        except OSError as exc:
+            raise BackendUnavailableError(f"slurm: {program} could not run: {exc}") from exc
+
+    # -- files ------------------------------------------------------------------------------
+
+    def _job_dir(self, name: str) -> Path:
+        # The name becomes a directory and a Slurm job name: refuse anything that could escape jobs/.
+        if not _SAFE_NAME.fullmatch(name):
+            raise ValueError(f"job name {name!r} is not usable as a directory name")
+        return self.work_dir / "jobs" / name
+
+    def _existing(self, name: str) -> Path | None:
+        if not _SAFE_NAME.fullmatch(name):
+            return None
+        job_dir = self.work_dir / "jobs" / name
+        return job_dir if (job_dir / "request.json").exists() or (job_dir / "slurm_job_id").exists() else None
+
+    @staticmethod
+    def _known_id(job_dir: Path) -> str | None:
+        for file in ("slurm_job_id", "started"):
+            try:
+                value = (job_dir / file).read_text().strip()
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            if _JOB_ID.fullmatch(value):
+                return value
+        return None
+
+
+# -- helpers -------------------------------------------------------------------------------------
+
+
+@contextmanager
+def _locked(job_dir: Path) -> Iterator[None]:
+    """Two submits of one job (two dispatchers, or a retry racing a slow one) take turns."""
+    with open(job_dir / ".lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _latest(rows: list[_Row]) -> str:
+    # A heterogeneous submit that sbatch refused leaves cancelled components under the
+    # name in slurmctld for a while; the job that counts is the newest.
+    return str(max(int(r.leader) for r in rows))
+
+
+def _load(job_dir: Path) -> dict:
+    return json.loads((job_dir / "request.json").read_text(encoding="utf-8"))
+
+
+def _request_from(data: dict) -> LaunchRequest:
+    workers = [WorkerLaunch(**w) for w in data["workers"]]
+    return LaunchRequest(**{**data, "workers": workers})
+
+
+def _read_result(job_dir: Path) -> tuple[str, int | None, str] | None:
+    """("exit", code, message) or ("signal", None, message) from the batch script's result file."""
+    try:
+        words = (job_dir / "result").read_text().split()
+    except FileNotFoundError:
+        return None
+    if len(words) >= 2 and words[0] == "exit" and words[1].lstrip("-").isdigit():
+        code = int(words[1])
+        if len(words) >= 4 and words[2] == "rank":
+            return "exit", code, f"worker rank {words[3]} exited with code {code}"
+        return "exit", code, f"srun exited with code {code} (see batch.log)" if code else ""
+    if words and words[0] == "signal":
+        return "signal", None, f"the job was stopped by SIG{words[1] if len(words) > 1 else 'TERM'}"
+    return None
+
+
+def _from_files(job_dir: Path, job_id: str) -> JobStatus:
+    """The outcome of a job slurmctld no longer knows, from what the job left behind."""
+    result = _read_result(job_dir)
+    cancelled = (job_dir / "cancel_requested").exists()
+    if result is not None and result[0] == "exit":
+        if result[1] == 0:
+            return JobStatus(JobPhase.SUCCEEDED, exit_code=0)
+        return JobStatus(JobPhase.FAILED, exit_code=result[1], message=result[2])
+    if cancelled:
+        return JobStatus(JobPhase.CANCELLED, message=f"Slurm job {job_id} cancelled by hetpool")
+    if result is not None:
+        why = "time limit, preemption, node failure or a scancel outside hetpool"
+        return JobStatus(JobPhase.FAILED, message=f"Slurm job {job_id}: {result[2]} ({why})")
+    return JobStatus(JobPhase.LOST, message=f"Slurm no longer knows job {job_id} and it left no result in {job_dir}")
+
+
+def _settle(job_dir: Path, status: JobStatus) -> JobStatus:
+    """Record a terminal status: the answer once slurmctld has forgotten the job."""
+    if status.phase.terminal and status.phase is not JobPhase.LOST:
+        write_atomic(job_dir / "final.json", json.dumps({"phase": status.phase.value, "exit_code": status.exit_code, "message": status.message}))
+    return status
+
+
+def _read_final(job_dir: Path) -> JobStatus | None:
+    try:
+        data = json.loads((job_dir / "final.json").read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    return JobStatus(JobPhase(data["phase"]), exit_code=data.get("exit_code"), message=data.get("message", ""))
+
+
+def _decode_exit(raw: int | None) -> int | None:
+    """squeue's exit_code is the wait status: code << 8, or the signal number."""
+    if raw is None:
+        return None
+    return 128 + (raw & 0x7F) if raw & 0x7F else raw >> 8
+
+
+def _batch_tail(job_dir: Path) -> str:
+    try:
+        text = (job_dir / "batch.log").read_text(errors="replace").strip()
+    except FileNotFoundError:
+        return ""
+    return f"; batch.log: {text[-300:]}" if text else ""
