@@ -9,12 +9,16 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 import yaml
 
 from tests.cli.test_cli_e2e import Server, server  # noqa: F401 (the fixture)
 from tests.conftest import TASKS_DIR
 
 POLICY = {"kind": "ApprovalPolicy", "name": "big-jobs", "tenant": "ai-lab", "max_devices": 4, "over_quota": False, "budget_exceeded": False}
+
+# The CLI is the same on both databases; the API tests cover PostgreSQL (this keeps the suite short).
+pytestmark = pytest.mark.parametrize("db_kind", ["sqlite"])
 
 
 def _task_file(tmp_path: Path, name: str) -> str:

@@ -128,6 +128,7 @@ def test_demo_examples_run_through_the_cli(server: Server) -> None:
     assert server.cli("audit", "verify").returncode == 0
 
 
+@pytest.mark.parametrize("db_kind", ["sqlite"])  # CLI behaviour; PostgreSQL is covered by the API tests
 def test_plan_explains_an_impossible_task_and_submit_refuses_it(server: Server) -> None:
     plan = json.loads(server.cli("plan", "-f", str(TASKS_DIR / "impossible.yaml"), "-o", "json").stdout)
     assert plan["feasible"] is False and plan["placements"] == [] and plan["fallback_used"] is False
@@ -138,6 +139,7 @@ def test_plan_explains_an_impossible_task_and_submit_refuses_it(server: Server) 
     assert refused.returncode == 2 and "cannot run on any pool" in refused.stderr
 
 
+@pytest.mark.parametrize("db_kind", ["sqlite"])  # CLI behaviour; PostgreSQL is covered by the API tests
 def test_bad_spec_file_is_rejected_with_the_field(server: Server, tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("kind: Cluster\nname: c9\nbackend: nomad\n---\nkind: Tenant\nname: ok-tenant\n")
@@ -148,6 +150,7 @@ def test_bad_spec_file_is_rejected_with_the_field(server: Server, tmp_path: Path
     assert "ok-tenant" not in {t["name"] for t in tenants}  # nothing half-applied
 
 
+@pytest.mark.parametrize("db_kind", ["sqlite"])  # CLI behaviour; PostgreSQL is covered by the API tests
 def test_logs_follow_and_cancel(server: Server, tmp_path: Path) -> None:
     spec = tmp_path / "long.yaml"
     spec.write_text(

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 import yaml
 
 from tests.cli.test_cli_e2e import Server, server  # noqa: F401 (the fixture)
@@ -18,6 +19,9 @@ PRICES = [
     {"kind": "PriceList", "name": "default", "per_cpu_core_hour": 3600.0, "per_memory_gib_hour": 36.0},
     {"kind": "Budget", "name": "etl", "tenant": "infra/data", "amount": 1.0, "alert_at": [0.5], "hard_stop": True},
 ]
+
+# The CLI is the same on both databases; the API tests cover PostgreSQL (this keeps the suite short).
+pytestmark = pytest.mark.parametrize("db_kind", ["sqlite"])
 
 
 def test_cost_report_matches_the_ledger_through_the_cli(server: Server, tmp_path: Path) -> None:  # noqa: F811

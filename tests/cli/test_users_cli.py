@@ -14,6 +14,9 @@ from typer.testing import CliRunner
 from tests.cli.test_cli_e2e import Server
 from tests.conftest import TASKS_DIR, database_url
 
+# The CLI is the same on both databases; the API tests cover PostgreSQL (this keeps the suite short).
+pytestmark = pytest.mark.parametrize("db_kind", ["sqlite"])
+
 
 @pytest.fixture
 def server(db_kind: str, tmp_path: Path) -> Iterator[Server]:
