@@ -104,7 +104,7 @@ def backend(tmp_path: Path) -> Iterator[LocalBackend]:
 
 def test_kind_and_capabilities(backend: LocalBackend) -> None:
     assert backend.kind == "local"
-    assert capabilities(LocalBackend) == {"gang": True, "log-streaming": True, "fractional-devices": False}
+    assert capabilities(LocalBackend) == {"gang": True, "log-streaming": True, "fractional-devices": True}
 
 
 def test_success_reports_exit_zero_and_logs(backend: LocalBackend) -> None:

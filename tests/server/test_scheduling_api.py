@@ -158,3 +158,20 @@ def test_a_task_preempted_too_often_is_not_evicted_again(ctx: ServiceContext, de
     assert "preempting" not in demo.get(f"/api/v1/tasks/{high}").json()["pending"]
     demo.post(f"/api/v1/tasks/{low}/cancel")
     drive_until(ctx, lambda: task_state(demo, high) == "succeeded", timeout_s=30)
+
+
+def test_plan_names_the_backend_and_what_it_cannot_do(demo: TestClient) -> None:
+    plan = demo.post("/api/v1/tasks/plan", json={**A100_TASK, "name": "where", "workers": 2}).json()
+    assert plan["backend"]["kind"] == "local" and plan["backend"]["capabilities"]["gang"] is True
+    assert plan["backend"]["unsupported"] == []
+    # A Slurm cluster cannot share a device between tasks: plan says so before dispatch would fail.
+    slurm = {"kind": "Cluster", "name": "hpc", "backend": "slurm", "backend_config": {"sync": "off"}}
+    node = {"kind": "Node", "name": "s1", "cluster": "hpc", "cpu_cores": 32, "memory_gb": 256, "devices": [{"model": "nvidia-t4", "count": 4}]}
+    pool = {"kind": "Pool", "name": "hpc-t4", "cluster": "hpc", "model": "nvidia-t4", "nodes": ["s1"], "shareable": True}
+    assert demo.post("/api/v1/apply", json={"documents": [slurm, node, pool]}).status_code == 200
+    sliced = {"name": "slice", "tenant": "ai-lab/nlp/llm-sft", "type": "inference", "image": "img", "any_of": ["hpc-t4"]}
+    sliced["per_worker"] = {"devices": {"class": "gpu", "count": 1, "memory_gb": 4}}
+    plan = demo.post("/api/v1/tasks/plan", json=sliced).json()
+    assert plan["feasible"] and plan["backend"]["kind"] == "slurm"
+    [gap] = plan["backend"]["unsupported"]
+    assert gap["capability"] == "fractional-devices" and "slice of a device" in gap["reason"]

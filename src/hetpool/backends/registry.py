@@ -31,3 +31,41 @@ def make_backend(kind: str, config: dict[str, str], catalog: DeviceCatalog, work
 
         return KubernetesBackend(config, catalog, work_dir)
     raise LookupError(f"unknown backend kind {kind!r}; known: local, slurm, ray, kubernetes")
+
+
+def backend_class(kind: str) -> type[Backend]:
+    """The class of a backend kind, to read its declared capabilities without building one."""
+    if kind == "local":
+        from hetpool.backends.local import LocalBackend as cls
+    elif kind == "slurm":
+        from hetpool.backends.slurm import SlurmBackend as cls
+    elif kind == "ray":
+        from hetpool.backends.ray import RayBackend as cls
+    elif kind == "kubernetes":
+        from hetpool.backends.kubernetes import KubernetesBackend as cls
+    else:
+        raise LookupError(f"unknown backend kind {kind!r}; known: local, slurm, ray, kubernetes")
+    return cls
+
+
+def capability_gaps(kind: str, config: dict[str, str], needs: dict[str, str]) -> list[dict[str, str]]:
+    """What a placement needs (capability -> why) that the backend does not declare, each with
+    a reason a person can act on. Used by `plan`; dispatch would fail on these."""
+    from hetpool.backends.base import capabilities
+
+    declared = capabilities(backend_class(kind))
+    gaps = []
+    for capability, why in needs.items():
+        if capability in declared and not declared[capability]:
+            gaps.append({"capability": capability, "reason": f"the {kind} backend cannot do {capability} ({why})"})
+    # A known limit within a declared capability: Kubernetes' default Indexed Job needs an
+    # even spread of workers over nodes.
+    if kind == "kubernetes" and "uneven-gang" in needs and config.get("gang_mode", "indexed-job") in ("indexed-job", "kueue"):
+        gaps.append(
+            {
+                "capability": "gang",
+                "reason": f"gang_mode {config.get('gang_mode', 'indexed-job')} needs the same number of workers on every node "
+                f"({needs['uneven-gang']}); set backend_config.gang_mode to jobset or volcano",
+            }
+        )
+    return gaps

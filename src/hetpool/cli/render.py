@@ -59,6 +59,11 @@ def plan_report(plan: dict) -> None:
             f"fallback used: {'yes' if plan['fallback_used'] else 'no'} · estimated runtime: {plan.get('estimated_runtime', '-')}"
             f" · cost/hour: {plan.get('cost_per_hour', 0)}"
         )
+        backend = plan.get("backend") or {}
+        if backend:
+            console.print(f"runs on: {backend['kind']} backend of cluster {backend['cluster']}")
+            for gap in backend.get("unsupported", []):
+                console.print(f"[red]cannot dispatch[/red]: {gap['reason']}")
     else:
         colour = "red" if not plan["fits_when_idle"] else "yellow"
         console.print(f"[{colour}]not feasible now[/{colour}] — {plan['explanation']['summary']}")

@@ -35,6 +35,7 @@ from hetpool.backends.base import (
     JobStatus,
     LaunchRequest,
     LogChunk,
+    SupportsFractionalDevices,
     SupportsGang,
     SupportsLogStreaming,
     job_name,
@@ -67,7 +68,9 @@ class _Worker:
         return self.exit_code is not None or self.pid is not None or self.cancelled or self.never_started
 
 
-class LocalBackend(Backend, SupportsGang, SupportsLogStreaming):
+class LocalBackend(Backend, SupportsGang, SupportsLogStreaming, SupportsFractionalDevices):
+    # Fractional devices: several tasks' processes may see the same device index; the
+    # scheduler keeps their memory / compute shares within the device.
     kind = "local"
 
     def __init__(self, work_dir: Path) -> None:

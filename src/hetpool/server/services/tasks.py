@@ -134,7 +134,37 @@ def plan_spec(ctx: ServiceContext, inv: Inventory, snap: Snapshot, spec: TaskSpe
         body["cost_per_hour"] = hourly
         body["estimated_cost"] = round(hourly * seconds / 3600, 2) if seconds is not None else None
         body["estimated_wait_s"] = 0
+        body["backend"] = backend_fit(inv, spec, result.placements)
     return body
+
+
+def backend_fit(inv: Inventory, spec: TaskSpec, placements) -> dict:
+    """Which backend would run the placement, what it declares, and what it cannot do here
+    (with the reason), so that plan says so before dispatch fails."""
+    from collections import Counter
+
+    from hetpool.backends.base import capabilities
+    from hetpool.backends.registry import backend_class, capability_gaps
+
+    pool = inv.pools.get(placements[0].pool)
+    cluster = inv.clusters.get(pool.cluster) if pool else None
+    if cluster is None:
+        return {}
+    kind = cluster.backend.value
+    needs = {"log-streaming": "logs -f"}
+    per_node = Counter(p.node for p in placements)
+    if len(per_node) > 1:
+        needs["gang"] = f"{len(placements)} workers on {len(per_node)} nodes start together"
+        if len(set(per_node.values())) > 1:
+            needs["uneven-gang"] = ", ".join(f"{n}: {c}" for n, c in sorted(per_node.items()))
+    if any(p.device_fraction < 1 for p in placements):
+        needs["fractional-devices"] = "the task asks for a slice of a device"
+    try:
+        declared = capabilities(backend_class(kind))
+        gaps = capability_gaps(kind, dict(cluster.backend_config), needs)
+    except LookupError as exc:
+        return {"cluster": cluster.name, "kind": kind, "unsupported": [{"capability": "backend", "reason": str(exc)}]}
+    return {"cluster": cluster.name, "kind": kind, "capabilities": declared, "unsupported": gaps}
 
 
 def plan(ctx: ServiceContext, session: Session, raw: dict) -> dict:
