@@ -21,9 +21,9 @@ demo: $(STAMP)
 
 ## The demo with a real Slurm cluster and a Ray head beside the local backend (stops them on exit).
 demo-full: $(STAMP)
-	@conf=$$(deploy/slurm.sh start) && ray=$$(deploy/ray.sh start) && \
-	  $(BIN)/hetpool up --demo --port $(PORT) --slurm-conf $$conf --ray-address $$ray $(if $(DATA_DIR),--data-dir $(DATA_DIR)); \
-	  deploy/ray.sh stop; deploy/slurm.sh stop
+	@trap 'trap - EXIT; deploy/ray.sh stop; deploy/slurm.sh stop' EXIT INT TERM; \
+	  conf=$$(deploy/slurm.sh start) && ray=$$(deploy/ray.sh start) && \
+	  $(BIN)/hetpool up --demo --port $(PORT) --slurm-conf $$conf --ray-address $$ray $(if $(DATA_DIR),--data-dir $(DATA_DIR))
 
 ## Install what the tests need, start PostgreSQL, a Slurm cluster and a Ray head, run the suite on SQLite and PostgreSQL.
 test: $(STAMP)
