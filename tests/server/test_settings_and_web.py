@@ -7,7 +7,6 @@ from pathlib import Path
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
-from hetpool.server.app import create_app
 from hetpool.server.services.context import ServiceContext
 from tests.server.helpers import example_task
 
@@ -40,34 +39,6 @@ def test_sqlite_runs_in_wal_mode(ctx: ServiceContext) -> None:
         assert session.execute(text("PRAGMA journal_mode")).scalar() == "wal"
 
 
-def test_home_page_in_english_and_chinese(ctx: ServiceContext, demo: TestClient) -> None:
-    with TestClient(create_app(ctx=ctx)) as browser:
-        english = browser.get("/")
-        assert english.status_code == 200 and "Pools" in english.text and "sh-910b2-cann800" in english.text
-        chinese = browser.get("/?lang=zh-CN")
-        assert "资源池" in chinese.text and "异构算力统一调度" in chinese.text
-        assert browser.cookies.get("hetpool_lang") == "zh-CN"
-        assert "资源池" in browser.get("/").text  # the choice is remembered
-
-
 def test_openapi_is_served(demo: TestClient) -> None:
     spec = demo.get("/openapi.json").json()
     assert "/api/v1/tasks/plan" in spec["paths"] and "/api/v1/apply" in spec["paths"]
-
-
-def test_home_page_shows_nodes_needing_attention_in_both_languages(ctx: ServiceContext, demo: TestClient) -> None:
-    from hetpool.server.services.nodes import mark_offline
-
-    with TestClient(create_app(ctx=ctx)) as browser:
-        assert "All reported nodes are ready" in browser.get("/?lang=en").text
-        node = {"name": "agent-x", "cluster": "bj-train", "cpu_cores": 8, "memory_gb": 32, "devices": [{"model": "nvidia-t4", "count": 2}]}
-        assert demo.post("/api/v1/agent/register", json={"node": node}).status_code == 200
-        beat = {"node": "agent-x", "devices": [{"index": 1, "model": "nvidia-t4", "health": "abnormal"}]}
-        assert demo.post("/api/v1/agent/heartbeat", json=beat).status_code == 200
-        page = browser.get("/?lang=en").text
-        assert 'data-node="agent-x" data-state="ready"' in page and "<td>1</td>" in page
-        ctx.clock.advance(ctx.settings.heartbeat_timeout_s + 1)
-        mark_offline(ctx)
-        assert 'data-state="offline"' in browser.get("/?lang=en").text and ">offline<" in browser.get("/?lang=en").text
-        chinese = browser.get("/?lang=zh-CN").text
-        assert "需关注的节点" in chinese and ">离线<" in chinese

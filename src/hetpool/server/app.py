@@ -20,7 +20,7 @@ from hetpool.server.services.connector_sync import sync_due
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.settings import Settings
 from hetpool.server.workers.loop import WorkerLoop
-from hetpool.web.routes import router as web_router
+from hetpool.web.routes import install as install_dashboard
 
 log = logging.getLogger(__name__)
 
@@ -98,5 +98,5 @@ def create_app(settings: Settings | None = None, ctx: ServiceContext | None = No
 
     for module in (inventory, tasks, audit, catalog, sim, agent, connectors, users, approvals, cost, quotas):
         app.include_router(module.router)
-    app.include_router(web_router)
+    install_dashboard(app)
     return app

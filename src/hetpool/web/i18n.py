@@ -1,50 +1,38 @@
-"""Translations for the dashboard. Every label has an English and a Simplified Chinese text."""
+"""Translations for the dashboard. Every label has an English and a Simplified Chinese text.
+
+Each area of the dashboard keeps its labels in its own module under `web/messages/`
+(a `MESSAGES` dict); they are merged here, and a duplicate key is an error at import."""
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+
+from hetpool.web import messages as _messages_pkg
+
 LANGUAGES = ("en", "zh-CN")
 
-MESSAGES: dict[str, dict[str, str]] = {
-    "title": {"en": "hetpool — heterogeneous compute control plane", "zh-CN": "hetpool — 异构算力统一调度平台"},
-    "tagline": {
-        "en": "One catalog, one queue, one audit trail across GPUs, NPUs, DPUs and CPUs.",
-        "zh-CN": "统一的资源目录、任务入口、审计记录，覆盖 GPU、NPU、DPU 与 CPU。",
-    },
-    "clusters": {"en": "Clusters", "zh-CN": "集群"},
-    "nodes": {"en": "Nodes", "zh-CN": "节点"},
-    "pools": {"en": "Pools", "zh-CN": "资源池"},
-    "devices": {"en": "Devices", "zh-CN": "设备"},
-    "tasks_by_state": {"en": "Tasks by state", "zh-CN": "各状态任务数"},
-    "pool": {"en": "Pool", "zh-CN": "资源池"},
-    "model": {"en": "Model", "zh-CN": "型号"},
-    "class": {"en": "Class", "zh-CN": "类别"},
-    "busy": {"en": "Busy", "zh-CN": "占用"},
-    "total": {"en": "Total", "zh-CN": "总数"},
-    "api_docs": {"en": "API documentation", "zh-CN": "API 文档"},
-    "node_health": {"en": "Nodes needing attention", "zh-CN": "需关注的节点"},
-    "all_nodes_ready": {"en": "All reported nodes are ready and their devices healthy.", "zh-CN": "所有上报的节点均就绪，设备健康。"},
-    "node": {"en": "Node", "zh-CN": "节点"},
-    "cluster": {"en": "Cluster", "zh-CN": "集群"},
-    "status": {"en": "Status", "zh-CN": "状态"},
-    "reason": {"en": "Reason", "zh-CN": "原因"},
-    "source": {"en": "Reported by", "zh-CN": "上报来源"},
-    "abnormal_devices": {"en": "Abnormal devices", "zh-CN": "异常设备"},
-    "state.ready": {"en": "ready", "zh-CN": "就绪"},
-    "state.draining": {"en": "draining", "zh-CN": "排空中"},
-    "state.drained": {"en": "drained", "zh-CN": "已排空"},
-    "state.down": {"en": "down", "zh-CN": "宕机"},
-    "state.offline": {"en": "offline", "zh-CN": "离线"},
-    "state.unknown": {"en": "unknown", "zh-CN": "未知"},
-    "language": {"en": "中文", "zh-CN": "English"},
-    "placeholder": {
-        "en": "This is a placeholder home page; the full operations dashboard is on the roadmap.",
-        "zh-CN": "这是临时首页，完整的运营看板正在开发中。",
-    },
-}
+
+def _load() -> dict[str, dict[str, str]]:
+    merged: dict[str, dict[str, str]] = {}
+    for info in sorted(pkgutil.iter_modules(_messages_pkg.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"{_messages_pkg.__name__}.{info.name}")
+        for key, texts in module.MESSAGES.items():
+            if key in merged:
+                raise RuntimeError(f"dashboard label {key!r} is defined twice (web/messages/{info.name}.py)")
+            missing = [lang for lang in LANGUAGES if not texts.get(lang)]
+            if missing:
+                raise RuntimeError(f"dashboard label {key!r} has no text for {missing} (web/messages/{info.name}.py)")
+            merged[key] = texts
+    return merged
 
 
-def pick_language(query_lang: str | None, cookie_lang: str | None, accept_language: str | None) -> str:
-    for candidate in (query_lang, cookie_lang):
+MESSAGES: dict[str, dict[str, str]] = _load()
+
+
+def pick_language(query_lang: str | None, stored: str | None, cookie_lang: str | None, accept_language: str | None) -> str:
+    """An explicit ?lang= wins, then the user's stored choice, then the cookie, then the browser."""
+    for candidate in (query_lang, stored, cookie_lang):
         if candidate in LANGUAGES:
             return candidate
     if accept_language and accept_language.lower().startswith("zh"):
@@ -53,4 +41,20 @@ def pick_language(query_lang: str | None, cookie_lang: str | None, accept_langua
 
 
 def translator(lang: str):
-    return lambda key: MESSAGES[key][lang]
+    """t(key) → text; t(key, n=3) formats {n}. An unknown key shows itself, so a missing
+    label is visible on the page (and tests/web/test_i18n.py fails)."""
+
+    def t(key: str, **values) -> str:
+        texts = MESSAGES.get(key)
+        if texts is None:
+            return key
+        text = texts[lang]
+        return text.format(**values) if values else text
+
+    return t
+
+
+def label_or_value(t, prefix: str, value: str) -> str:
+    """A translated enum value (state.running → 运行中) or the value itself when unlabelled."""
+    key = f"{prefix}.{value}"
+    return t(key) if key in MESSAGES else value

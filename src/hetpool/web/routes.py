@@ -1,69 +1,105 @@
-"""The home page: capacity per pool and task counts, rendered on the server."""
+"""The dashboard's own routes (login, logout, language, static assets) and every page
+router under `web/pages/`. `install(app)` wires them into the server."""
 
 from __future__ import annotations
 
-from collections import Counter
+import importlib
+import pkgutil
 from pathlib import Path
+from urllib.parse import urlparse
 
-from fastapi import APIRouter, Request
-from fastapi.responses import HTMLResponse
-from jinja2 import Environment, FileSystemLoader, select_autoescape
-from sqlalchemy import func, select
+from fastapi import APIRouter, FastAPI, Form, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
 
-from hetpool.server.db.models import NodeStatusRow, TaskRow
-from hetpool.server.services.inventory import load_inventory
-from hetpool.server.services.tasks import current_snapshot
-from hetpool.web.i18n import MESSAGES, pick_language, translator
+from hetpool.web import pages as _pages_pkg
+from hetpool.web.i18n import LANGUAGES
+from hetpool.web.render import render
+from hetpool.web.session import LANG_COOKIE, SESSION_COOKIE, Api, ApiError, LoginRequired, viewer
 
 router = APIRouter(include_in_schema=False)
-_templates = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"), autoescape=select_autoescape())
+STATIC_DIR = Path(__file__).parent / "static"
+_YEAR = 365 * 86400
 
 
-@router.get("/", response_class=HTMLResponse)
-def home(request: Request, lang: str | None = None) -> HTMLResponse:
-    language = pick_language(lang, request.cookies.get("hetpool_lang"), request.headers.get("accept-language"))
-    ctx = request.app.state.ctx
-    with ctx.db.transaction() as session:
-        inv = load_inventory(ctx, session)
-        snap = current_snapshot(ctx, session, inv)
-        states = dict(session.execute(select(TaskRow.state, func.count()).group_by(TaskRow.state)).all())
-        statuses = session.execute(select(NodeStatusRow).order_by(NodeStatusRow.node)).scalars().all()
-        # Only what needs attention: nodes not ready, or with abnormal devices.
-        attention = [
-            {
-                "node": r.node,
-                "cluster": inv.nodes[r.node].cluster if r.node in inv.nodes else "-",
-                "state": r.state,
-                "reason": r.reason,
-                "source": r.source,
-                "abnormal": [d["index"] for d in r.devices if d.get("health") == "abnormal"],
-            }
-            for r in statuses
-            if r.state != "ready" or any(d.get("health") == "abnormal" for d in r.devices)
-        ]
-    free = snap.whole_free()
-    totals = snap.device_totals()
-    pools = []
-    for view in snap.pools:
-        total = int(sum(totals[r] for r in view.rows))
-        idle = int(sum(free[r] for r in view.rows))
-        pools.append(
-            {"name": view.name, "model": view.model.display_name, "class": view.model.device_class.value, "total": total, "busy": total - idle}
-        )
-    device_count = Counter()
-    for p in pools:
-        device_count[p["class"]] += p["total"]
-    html = _templates.get_template("home.html").render(
-        t=translator(language),
-        lang=language,
-        other_lang="zh-CN" if language == "en" else "en",
-        counts={"clusters": len(inv.clusters), "nodes": len(inv.nodes), "pools": len(inv.pools), "devices": sum(device_count.values())},
-        pools=pools,
-        states=states,
-        attention=attention,
-        known_states={k for k in MESSAGES if k.startswith("state.")},
-    )
-    response = HTMLResponse(html)
-    if lang in ("en", "zh-CN"):
-        response.set_cookie("hetpool_lang", lang, max_age=365 * 86400, samesite="lax")
+def _safe_next(next_path: str | None) -> str:
+    """Only same-site paths: /login?next=https://evil.example must not redirect off-site."""
+    if not next_path or not next_path.startswith("/") or next_path.startswith("//") or urlparse(next_path).netloc:
+        return "/"
+    return next_path
+
+
+def _secure(request: Request) -> bool:
+    return request.url.scheme == "https"
+
+
+@router.get("/login", response_class=HTMLResponse)
+async def login_form(request: Request, next: str = "/") -> HTMLResponse:
+    return render(request, "login.html", None, next=_safe_next(next), error="")
+
+
+@router.post("/login")
+async def login(request: Request, token: str = Form(""), next: str = Form("/")) -> Response:
+    token = token.strip()
+    try:
+        me = await Api(request, token).get("/api/v1/whoami")
+    except ApiError as exc:
+        return render(request, "login.html", None, status_code=401, next=_safe_next(next), error=exc.message)
+    response = RedirectResponse(_safe_next(next), status_code=303)
+    response.set_cookie(SESSION_COOKIE, token, httponly=True, samesite="strict", secure=_secure(request), max_age=7 * 86400)
+    if me.get("language") in LANGUAGES:
+        response.set_cookie(LANG_COOKIE, me["language"], max_age=_YEAR, samesite="lax")
     return response
+
+
+@router.post("/logout")
+async def logout() -> Response:
+    response = RedirectResponse("/login", status_code=303)
+    response.delete_cookie(SESSION_COOKIE)
+    return response
+
+
+@router.get("/lang/{language}")
+async def switch_language(request: Request, language: str, next: str = "/") -> Response:
+    """Switch the dashboard language and remember it for this user (and this browser)."""
+    if language not in LANGUAGES:
+        return Response(f"language: must be one of {', '.join(LANGUAGES)}", status_code=422)
+    response = RedirectResponse(_safe_next(next), status_code=303)
+    response.set_cookie(LANG_COOKIE, language, max_age=_YEAR, samesite="lax")
+    if request.cookies.get(SESSION_COOKIE):
+        try:
+            await Api(request, request.cookies[SESSION_COOKIE]).put("/api/v1/whoami/preferences", {"language": language})
+        except ApiError:
+            pass  # an expired session or a user without a stored profile: the cookie still remembers it
+    return response
+
+
+def _include_pages(target: APIRouter) -> None:
+    for info in sorted(pkgutil.iter_modules(_pages_pkg.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"{_pages_pkg.__name__}.{info.name}")
+        target.include_router(module.router)
+
+
+_include_pages(router)
+
+
+def install(app: FastAPI) -> None:
+    """Mount the dashboard on the server: pages, static assets, login redirects, errors."""
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+
+    @app.exception_handler(LoginRequired)
+    async def _login_required(request: Request, exc: LoginRequired) -> Response:
+        if request.headers.get("hx-request"):  # a live fragment: send the whole page to the login form
+            return Response(status_code=204, headers={"HX-Redirect": exc.location})
+        return RedirectResponse(exc.location, status_code=303)
+
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError) -> Response:
+        user = None
+        try:
+            user = await viewer(request)
+        except (LoginRequired, ApiError):
+            pass
+        return render(request, "error.html", user, status_code=exc.status, error=exc)
+
+    app.include_router(router)

@@ -121,6 +121,7 @@ class UserRow(Base):
     name: Mapped[str] = mapped_column(String(64), unique=True)
     role: Mapped[str] = mapped_column(String(32))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    ui_language: Mapped[str | None] = mapped_column(String(8), nullable=True)  # the dashboard language the user chose
 
 
 class ApiTokenRow(Base):

@@ -49,6 +49,17 @@ def whoami(ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get
         return user_service.whoami(ctx, session, user)
 
 
+class PreferencesBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    language: str = Field(description="Dashboard language: en or zh-CN")
+
+
+@router.put("/whoami/preferences", summary="Remember the caller's dashboard language (en | zh-CN)")
+def put_preferences(body: PreferencesBody, ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get_principal)) -> dict:
+    with ctx.db.transaction() as session:
+        return user_service.set_language(session, user, body.language)
+
+
 @router.get("/roles", summary="Roles and the actions each allows")
 def roles(user: Principal = Depends(get_principal)) -> dict:
     return role_table()

@@ -351,7 +351,26 @@ def whoami(ctx: ServiceContext, session: Session, principal: Principal) -> dict:
             if (scopes := rules.scopes_for(principal.bindings, action)) is None or scopes
         },
     }
+    user_row = session.get(UserRow, principal.user_id) if principal.user_id else None
+    body["language"] = user_row.ui_language if user_row is not None else None
     if principal.token_id is not None:
         row = session.get(ApiTokenRow, principal.token_id)
         body["token"] = {"id": row.id, "label": row.label, "expires_at": _iso(row.expires_at)} if row else None
     return body
+
+
+UI_LANGUAGES = ("en", "zh-CN")
+
+
+def set_language(session: Session, principal: Principal, language: str) -> dict:
+    """Remember the dashboard language of the calling user (any role may set its own)."""
+    if language not in UI_LANGUAGES:
+        raise SpecError(
+            f"language: must be one of {', '.join(UI_LANGUAGES)}, got {language!r}",
+            details=[{"loc": "language", "msg": f"allowed: {', '.join(UI_LANGUAGES)}"}],
+        )
+    row = session.get(UserRow, principal.user_id) if principal.user_id else None
+    if row is None:
+        raise NotFoundError(f"user {principal.name!r} has no stored profile to keep a preference in")
+    row.ui_language = language
+    return {"name": row.name, "language": language}

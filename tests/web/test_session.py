@@ -1,0 +1,74 @@
+"""Signing in and out of the dashboard, the language switch, and the CSRF guard."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from hetpool.server.app import create_app
+from hetpool.web.i18n import LANGUAGES, MESSAGES
+from tests.web.conftest import sign_in
+
+
+@pytest.fixture
+def anonymous(ctx, admin_token):
+    with TestClient(create_app(ctx=ctx)) as client:
+        yield client
+
+
+def test_pages_redirect_to_the_login_form_without_a_session(anonymous: TestClient) -> None:
+    response = anonymous.get("/?view=pools", follow_redirects=False)
+    assert response.status_code == 303
+    assert response.headers["location"] == "/login?next=/%3Fview%3Dpools"
+    assert "token" in anonymous.get("/login").text
+
+
+def test_a_wrong_token_is_refused_with_the_reason(anonymous: TestClient) -> None:
+    response = anonymous.post("/login", data={"token": "hp_wrong", "next": "/"}, follow_redirects=False)
+    assert response.status_code == 401
+    assert 'id="login-error"' in response.text
+    assert "hetpool_session" not in anonymous.cookies
+
+
+def test_login_keeps_only_same_site_next_paths(anonymous: TestClient, admin_token: str) -> None:
+    response = anonymous.post("/login", data={"token": admin_token, "next": "https://evil.example/x"}, follow_redirects=False)
+    assert response.headers["location"] == "/"
+    cookie = response.headers["set-cookie"].lower()
+    assert "httponly" in cookie and "samesite=strict" in cookie
+
+
+def test_sign_out_ends_the_session(anonymous: TestClient, admin_token: str) -> None:
+    sign_in(anonymous, admin_token)
+    assert anonymous.get("/", follow_redirects=False).status_code == 200
+    anonymous.post("/logout", follow_redirects=False)
+    assert anonymous.get("/", follow_redirects=False).status_code == 303
+
+
+def test_language_choice_is_remembered_per_user(anonymous: TestClient, admin_token: str) -> None:
+    sign_in(anonymous, admin_token)
+    assert "总览" not in anonymous.get("/").text
+    anonymous.get("/lang/zh-CN?next=/", follow_redirects=False)
+    headers = {"Authorization": f"Bearer {admin_token}"}
+    assert anonymous.get("/api/v1/whoami", headers=headers).json()["language"] == "zh-CN"
+    # A new browser (no cookies) signing in as the same user gets Chinese back.
+    anonymous.cookies.clear()
+    sign_in(anonymous, admin_token)
+    page = anonymous.get("/").text
+    assert "总览" in page and 'lang="zh-CN"' in page
+
+
+def test_preference_api_names_the_allowed_languages(anonymous: TestClient, admin_token: str) -> None:
+    response = anonymous.put("/api/v1/whoami/preferences", json={"language": "fr"}, headers={"Authorization": f"Bearer {admin_token}"})
+    assert response.status_code == 422
+    assert "en, zh-CN" in response.json()["message"]
+
+
+def test_every_label_has_english_and_chinese() -> None:
+    for key, texts in MESSAGES.items():
+        for lang in LANGUAGES:
+            assert texts.get(lang), f"{key} has no {lang} text"
+
+
+def test_static_assets_are_served_locally(anonymous: TestClient) -> None:
+    for asset in ("htmx.min.js", "echarts.min.js", "app.js", "app.css"):
+        assert anonymous.get(f"/static/{asset}").status_code == 200
