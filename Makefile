@@ -4,6 +4,8 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PORT ?= 8080
 STAMP := $(VENV)/.installed
+# Two pytest workers: tests that share the Slurm cluster and Ray head run on one of them (tests/conftest.py).
+TEST_WORKERS ?= 2
 
 .PHONY: demo demo-full test venv lint bench clean-demo
 
@@ -25,12 +27,13 @@ demo-full: $(STAMP)
 	  conf=$$(deploy/slurm.sh start) && ray=$$(deploy/ray.sh start) && \
 	  $(BIN)/hetpool up --demo --port $(PORT) --slurm-conf $$conf --ray-address $$ray $(if $(DATA_DIR),--data-dir $(DATA_DIR))
 
-## Install what the tests need, start PostgreSQL, a Slurm cluster and a Ray head, run the suite on SQLite and PostgreSQL.
+## Install what the tests need (incl. Debian's chromium for the browser tests), start PostgreSQL, a Slurm cluster and a Ray head,
+## run the suite on SQLite and PostgreSQL; screenshots of every dashboard page land in artifacts/dashboard/.
 test: $(STAMP)
 	$(BIN)/ruff check src tests
-	@url=$$(deploy/postgres.sh start) && slurm_conf=$$(deploy/slurm.sh start) && ray_url=$$(deploy/ray.sh start) && \
-	  HETPOOL_TEST_POSTGRES_URL=$$url HETPOOL_TEST_SLURM_CONF=$$slurm_conf HETPOOL_TEST_RAY_ADDRESS=$$ray_url \
-	  $(BIN)/pytest -q -p no:cacheprovider; rc=$$?; \
+	@browser=$$(deploy/chromium.sh) && url=$$(deploy/postgres.sh start) && slurm_conf=$$(deploy/slurm.sh start) && ray_url=$$(deploy/ray.sh start) && \
+	  HETPOOL_TEST_CHROMIUM=$$browser HETPOOL_TEST_POSTGRES_URL=$$url HETPOOL_TEST_SLURM_CONF=$$slurm_conf HETPOOL_TEST_RAY_ADDRESS=$$ray_url \
+	  $(BIN)/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup; rc=$$?; \
 	  deploy/ray.sh stop; deploy/slurm.sh stop; deploy/postgres.sh stop; exit $$rc
 
 lint: $(STAMP)

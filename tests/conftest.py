@@ -27,6 +27,25 @@ POSTGRES_URL = os.environ.get("HETPOOL_TEST_POSTGRES_URL", "")
 DATABASES = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
 
+# Tests that drive the one Slurm cluster and Ray head `make test` starts (draining nodes,
+# adding raylets): pytest-xdist runs them all on one worker, one after another.
+SHARED_ENGINE_MODULES = {
+    "test_ray_backend.py",
+    "test_slurm_backend.py",
+    "test_demo_full.py",
+    "test_slurm_e2e.py",
+    "test_ray.py",
+    "test_slurm.py",
+    "test_ray_sync.py",
+}
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:
+        if Path(str(item.fspath)).name in SHARED_ENGINE_MODULES:
+            item.add_marker(pytest.mark.xdist_group("shared-engines"))
+
+
 def _fresh_postgres_database() -> str:
     """A new empty database on the test server (dropped at the end of the session)."""
     name = "t_" + uuid.uuid4().hex[:12]
