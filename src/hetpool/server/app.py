@@ -13,9 +13,26 @@ from hetpool import __version__
 from hetpool.backends.local import LocalBackend
 from hetpool.core.errors import HetpoolError
 from hetpool.core.specs import format_loc
+from hetpool.server import metrics
 from hetpool.server.db.session import Database
 from hetpool.server.deps import AuthError
-from hetpool.server.routers import agent, approvals, audit, catalog, connectors, cost, inventory, quotas, sim, tasks, users
+from hetpool.server.routers import (
+    agent,
+    approvals,
+    audit,
+    capacity,
+    catalog,
+    connectors,
+    cost,
+    governance_view,
+    inventory,
+    quotas,
+    resources_view,
+    sim,
+    stats,
+    tasks,
+    users,
+)
 from hetpool.server.services.connector_sync import sync_due
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.settings import Settings
@@ -96,7 +113,24 @@ def create_app(settings: Settings | None = None, ctx: ServiceContext | None = No
     def healthz() -> dict:
         return {"ok": True, "version": __version__, "database": ctx.db.dialect}
 
-    for module in (inventory, tasks, audit, catalog, sim, agent, connectors, users, approvals, cost, quotas):
+    for module in (
+        inventory,
+        tasks,
+        audit,
+        catalog,
+        sim,
+        agent,
+        connectors,
+        users,
+        approvals,
+        cost,
+        quotas,
+        governance_view,
+        capacity,
+        resources_view,
+        stats,
+        metrics,
+    ):
         app.include_router(module.router)
     install_dashboard(app)
     return app

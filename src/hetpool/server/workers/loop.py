@@ -6,6 +6,7 @@ import logging
 import threading
 import time
 
+from hetpool.server.metrics import worker_metrics
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.nodes import mark_offline
 from hetpool.server.workers.approvals import expire_approvals
@@ -23,11 +24,18 @@ WORKER_STEPS = (mark_offline, expire_approvals, schedule_once, dispatch_once, re
 
 def run_pass(ctx: ServiceContext, steps=WORKER_STEPS) -> None:
     """One scheduler → dispatcher → reconciler pass. Used by the loop and by tests."""
-    for step in steps:
-        try:
-            step(ctx)
-        except Exception:  # a failing pass must not stop the loop; the next pass retries
-            log.exception("worker step %s failed", step.__name__)
+    metrics = worker_metrics(ctx)
+    with metrics.counting_backend_errors():
+        for step in steps:
+            started, wall = ctx.clock.now(), time.perf_counter()
+            try:
+                result = step(ctx)
+            except Exception:  # a failing pass must not stop the loop; the next pass retries
+                log.exception("worker step %s failed", step.__name__)
+                metrics.step_failed(step.__name__)
+                continue
+            if step is schedule_once and result is not None:  # None: nothing was queued, no cycle ran
+                metrics.cycle_done(ctx, result, time.perf_counter() - wall, started)
 
 
 class WorkerLoop:

@@ -1,0 +1,103 @@
+"""Labels of the capacity planning page (/capacity)."""
+
+MESSAGES: dict[str, dict[str, str]] = {
+    "capacity.title": {"en": "Capacity planning", "zh-CN": "容量规划"},
+    "capacity.intro": {
+        "en": "What if? Replay the tasks finished in the last days on today's inventory and on a changed one, "
+        "with the real scheduler on a virtual clock, and compare waits, completion times, utilisation and cost.",
+        "zh-CN": "假设推演：用真实调度器在虚拟时钟上，把最近若干天已完成的任务分别在当前资源清单和调整后的清单上重放，"
+        "对比等待时间、完成时间、利用率与成本。",
+    },
+    # Form
+    "capacity.days": {"en": "History (days)", "zh-CN": "历史区间（天）"},
+    "capacity.add": {"en": "Add devices", "zh-CN": "增加设备"},
+    "capacity.remove": {"en": "Remove devices", "zh-CN": "移除设备"},
+    "capacity.remove_hint": {
+        "en": "Whole nodes are removed until at least this many devices are gone.",
+        "zh-CN": "按整节点移除，直到移除的设备数不少于所填数量。",
+    },
+    "capacity.count": {"en": "Count", "zh-CN": "数量"},
+    "capacity.times": {"en": "×", "zh-CN": "×"},
+    "capacity.choose_model": {"en": "— choose a model —", "zh-CN": "— 选择型号 —"},
+    "capacity.add_row": {"en": "+ another row", "zh-CN": "+ 再加一行"},
+    "capacity.advanced": {"en": "Thresholds and team quotas", "zh-CN": "阈值与团队配额"},
+    "capacity.wait_target": {"en": "Wait target, p90 (hours)", "zh-CN": "等待目标 p90（小时）"},
+    "capacity.idle_below": {"en": "Idle below (utilisation %)", "zh-CN": "空闲阈值（利用率 %）"},
+    "capacity.quotas": {"en": "Team quotas (TEAM=DEVICES, one a line)", "zh-CN": "团队配额（团队=设备数，每行一个）"},
+    "capacity.run": {"en": "Run the what-if", "zh-CN": "运行推演"},
+    "capacity.running": {"en": "Simulating…", "zh-CN": "模拟中…"},
+    "capacity.bad_number": {"en": "{field}: expected a number, got {value!r}", "zh-CN": "{field}：应为数字，实际为 {value!r}"},
+    "capacity.bad_quota": {
+        "en": "quotas: expected TEAM=DEVICES such as ai-lab/nlp=16, got {value!r}",
+        "zh-CN": "团队配额：格式应为 团队=设备数，例如 ai-lab/nlp=16，实际为 {value!r}",
+    },
+    "capacity.failed": {"en": "The what-if did not run: {message}", "zh-CN": "推演未能运行：{message}"},
+    "capacity.denied_title": {"en": "Not allowed", "zh-CN": "无权访问"},
+    "capacity.denied": {"en": "You may not plan capacity: {message}", "zh-CN": "你无权进行容量规划：{message}"},
+    "capacity.denied_help": {
+        "en": "Capacity planning replays task history on the inventory; it needs a role that may read the inventory.",
+        "zh-CN": "容量规划需要在资源清单上重放任务历史，因此需要具有读取资源清单权限的角色。",
+    },
+    # Report
+    "capacity.report": {"en": "Report", "zh-CN": "推演报告"},
+    "capacity.replayed": {
+        "en": "{n} finished task(s) of the last {days} day(s) replayed in {s} s.",
+        "zh-CN": "已重放最近 {days} 天内的 {n} 个已完成任务，用时 {s} 秒。",
+    },
+    "capacity.truncated": {
+        "en": "Only the most recent {n} of {total} tasks were replayed (the limit per what-if).",
+        "zh-CN": "仅重放了 {total} 个任务中最近的 {n} 个（单次推演的上限）。",
+    },
+    "capacity.baseline": {"en": "Baseline (today)", "zh-CN": "基线（当前）"},
+    "capacity.changed": {"en": "Changed", "zh-CN": "调整后"},
+    "capacity.delta": {"en": "Δ", "zh-CN": "变化"},
+    "capacity.metric": {"en": "Metric", "zh-CN": "指标"},
+    "capacity.overall": {"en": "All tasks", "zh-CN": "全部任务"},
+    "capacity.devices_changed": {"en": "Devices", "zh-CN": "设备变化"},
+    "capacity.no_device_change": {
+        "en": "No devices added or removed: both runs use today's inventory.",
+        "zh-CN": "未增删设备：两次模拟均使用当前资源清单。",
+    },
+    "capacity.nodes_changed": {"en": "{added} node(s) added, {removed} removed", "zh-CN": "新增 {added} 个节点，移除 {removed} 个节点"},
+    "capacity.metric.wait_avg_hours": {"en": "Average wait (h)", "zh-CN": "平均等待（小时）"},
+    "capacity.metric.wait_p50_hours": {"en": "p50 wait (h)", "zh-CN": "p50 等待（小时）"},
+    "capacity.metric.wait_p90_hours": {"en": "p90 wait (h)", "zh-CN": "p90 等待（小时）"},
+    "capacity.metric.jct_avg_hours": {"en": "Average JCT (h)", "zh-CN": "平均完成时间 JCT（小时）"},
+    "capacity.metric.jct_p90_hours": {"en": "p90 JCT (h)", "zh-CN": "p90 完成时间（小时）"},
+    "capacity.metric.makespan_hours": {"en": "Makespan (h)", "zh-CN": "总完工时间（小时）"},
+    "capacity.metric.never_started": {"en": "Never started", "zh-CN": "始终未启动"},
+    "capacity.metric.preemptions": {"en": "Preemptions", "zh-CN": "抢占次数"},
+    "capacity.metric.cost": {"en": "Total cost", "zh-CN": "总成本"},
+    "capacity.per_pool": {"en": "Per pool", "zh-CN": "各资源池"},
+    "capacity.devices": {"en": "Devices", "zh-CN": "设备数"},
+    "capacity.tasks": {"en": "Tasks", "zh-CN": "任务数"},
+    "capacity.wait_p50": {"en": "p50 wait (h)", "zh-CN": "p50 等待（小时）"},
+    "capacity.wait_p90": {"en": "p90 wait (h)", "zh-CN": "p90 等待（小时）"},
+    "capacity.jct_p50": {"en": "p50 JCT (h)", "zh-CN": "p50 完成时间（小时）"},
+    "capacity.utilisation": {"en": "Utilisation", "zh-CN": "利用率"},
+    "capacity.cost": {"en": "Cost", "zh-CN": "成本"},
+    "capacity.pool_absent": {"en": "not in this run", "zh-CN": "本次模拟中不存在"},
+    "capacity.chart_wait": {"en": "p90 wait per pool (hours)", "zh-CN": "各资源池 p90 等待时间（小时）"},
+    "capacity.chart_util": {"en": "Utilisation per pool (%)", "zh-CN": "各资源池利用率（%）"},
+    "capacity.cost_per_team": {"en": "Cost per team", "zh-CN": "各团队成本"},
+    "capacity.team": {"en": "Team", "zh-CN": "团队"},
+    "capacity.recommendations": {"en": "Recommendations (from the baseline)", "zh-CN": "建议（基于基线）"},
+    "capacity.no_recommendations": {
+        "en": "No saturated or idle pools, and no team over its quota.",
+        "zh-CN": "没有饱和或空闲的资源池，也没有超出配额的团队。",
+    },
+    "capacity.rec.saturated-pool": {
+        "en": "Pool {name} is saturated: p90 wait {p90} h, over the {target} h target; add {model} devices.",
+        "zh-CN": "资源池 {name} 已饱和：p90 等待 {p90} 小时，超过 {target} 小时的目标；建议增加 {model} 设备。",
+    },
+    "capacity.rec.after": {"en": "After the change: {h} h.", "zh-CN": "调整后：{h} 小时。"},
+    "capacity.rec.after_none": {"en": "After the change no tasks run there.", "zh-CN": "调整后该池不再运行任务。"},
+    "capacity.rec.idle-pool": {
+        "en": "Pool {name} is mostly idle: {util} of its {devices} devices busy; shrink it or lend it out.",
+        "zh-CN": "资源池 {name} 大部分时间空闲：{devices} 个设备的利用率仅 {util}；可考虑缩容或借出。",
+    },
+    "capacity.rec.team-over-quota": {
+        "en": "Team {name} demands {used} devices on average, above its quota of {quota}.",
+        "zh-CN": "团队 {name} 平均需要 {used} 个设备，超过其配额 {quota}。",
+    },
+}

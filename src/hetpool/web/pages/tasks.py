@@ -1,0 +1,707 @@
+"""Tasks pages: the task list, submitting a task from a template (plan first, then
+confirm), and one task with its live state, timeline, placement, fallback decisions and
+log tail. Every read and write goes through /api/v1/tasks… with the user's own token.
+
+Routes
+  GET  /tasks               the list. ?state= and ?tenant= are passed to GET /api/v1/tasks;
+                            ?type=, ?pool=, ?template= and ?q= (name or id contains) are
+                            filtered here because the API has no such parameters.
+                            ?fragment=task-table answers only the table (live refresh, 5 s).
+  GET  /tasks/new           step 1: ?type= narrows the templates, ?template= preselects one;
+                            ?fragment=template-defaults answers only the template's presets.
+  POST /tasks/new/plan      step 2: POST /api/v1/tasks/plan; the plan beside the kept form.
+  POST /tasks/new/submit    POST /api/v1/tasks, then 303 to /tasks/{id}; a refusal shows the
+                            API's message on the form, with what the user typed.
+  GET  /tasks/{id}          the task. ?fragment=task-live answers the live part (2 s);
+                            ?fragment=log&rank=R&offset=N answers the log text after byte N
+                            (appended by htmx) and the next poller; ?rank= picks the worker.
+  POST /tasks/{id}/cancel   POST /api/v1/tasks/{id}/cancel, then 303 to /tasks/{id}.
+
+Form fields (POST /tasks/new/plan and /tasks/new/submit): csrf, template, name, tenant,
+env, priority, workers, device_class, device_count, runtime_estimate, command, advanced
+(YAML mapping of any other Task field; the fields above win over it).
+
+Ids and data-attributes for browser tests
+  list    #task-filters (fields state, tenant, type, pool, template, q), #new-task (link),
+          #task-table (the live section), rows tr[data-task-id][data-state], a.task-link,
+          #task-count (data-count), #task-empty, #task-search-window, #task-list-error,
+          #filter-apply, #filter-clear
+  new     #type-filter (select name=type), #template-groups with cards
+          [data-template][data-type] and links a.use-template, #new-task-form with fields
+          #template #name #tenant #env #priority #workers #device_class #device_count
+          #runtime_estimate #command #advanced, #template-defaults (data-template),
+          #templates-error, #no-templates, #plan-button, #form-error, #plan-result
+          (data-feasible, data-fits-when-idle), #plan-outcome (data-outcome: fits_now, waits
+          or impossible), #plan-summary, #plan-fallback, #plan-candidates rows
+          tr[data-candidate][data-outcome][data-chosen], #plan-placements rows tr[data-rank],
+          #plan-limits, #plan-start, #plan-wait, #plan-cost, #plan-estimated-cost,
+          #plan-backend (data-kind), #plan-approval (data-needed), #confirm-form (the same
+          fields, hidden), #confirm-submit, #plan-cannot-submit (instead of the button when
+          the task fits nowhere)
+  detail  #task-live (refreshes every 2 s until the task ends), #task-state (data-state),
+          #task-summary, #task-tenant, #task-template, #task-exit-code, #task-message,
+          #timeline rows tr[data-action][data-state], #placement rows
+          tr[data-rank][data-node][data-pool], #fallback (data-fallback-used) with
+          #fallback-preferred, #fallback-chosen and #fallback-attempts rows as in the plan,
+          #pending with #pending-summary, #pending-position, #pending-eta, #approval
+          (data-approval-id) with #approval-link, #cancel-form, #cancel-task (only while the
+          task is not terminal and the user may cancel), #cancel-requested, #action-error,
+          #log-tail, #log-ranks a[data-rank] (workers > 1), #log-text (data-rank),
+          #log-empty, #log-truncated, #log-poll (data-offset, data-complete: "true" once
+          the task ended and its log is read to the end), #log-error, #spec-summary,
+          #spec-command, #spec-full, #back-to-tasks
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import yaml
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from hetpool.core.inventory import DeviceClass, TaskType
+from hetpool.core.states import TERMINAL_STATES, TaskState
+from hetpool.core.tasks import Priority
+from hetpool.core.tenancy import Environment
+from hetpool.core.units import format_duration
+from hetpool.web.render import render
+from hetpool.web.session import ApiError, Viewer, check_csrf, viewer
+
+router = APIRouter()
+
+STATES = [s.value for s in TaskState]
+TERMINAL = {s.value for s in TERMINAL_STATES}
+TASK_TYPES = [t.value for t in TaskType]
+DEVICE_CLASSES = [DeviceClass.GPU.value, DeviceClass.NPU.value, DeviceClass.DPU.value, DeviceClass.CPU.value]
+ENVIRONMENTS = [e.value for e in Environment]
+PRIORITIES = [p.value for p in Priority]
+FORM_FIELDS = ("template", "name", "tenant", "env", "priority", "workers", "device_class", "device_count", "runtime_estimate", "command", "advanced")
+
+LIST_LIMIT = 200  # what the API is asked for when it does all the filtering
+SEARCH_LIMIT = 1000  # the API's maximum: filters applied here search this many newest tasks
+LOG_READ_BYTES = 1024 * 1024  # the most GET /api/v1/tasks/{id}/logs returns at once
+LOG_TAIL_CHARS = 64 * 1024  # a first load shows at most this much of a long log
+# The API cannot seek to a log's end, so a first load reads forward at most this many
+# chunks (64 MiB) and shows the tail of what it read; the poll continues from there.
+LOG_MAX_READS = 64
+
+
+# ---------------------------------------------------------------------------- formatting
+def _parse_ts(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    try:
+        ts = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
+
+
+def short_ts(text: str | None) -> str:
+    """'2026-01-01T00:00:00.000000Z' → '2026-01-01 00:00:00' (UTC), '—' when unset."""
+    ts = _parse_ts(text)
+    return ts.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S") if ts else "—"
+
+
+def duration(seconds: float | None) -> str:
+    return "—" if seconds is None else format_duration(max(float(seconds), 0.0))
+
+
+def _num(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, (int, float)) else str(value)
+
+
+def devices_text(devices: dict | None) -> str:
+    """A device request as one short line: '4 × gpu · nvidia-a100-80g · ≥64 GB'."""
+    if not devices:
+        return "—"
+    parts = [f"{_num(devices.get('count', 1))} × {devices.get('class', '?')}"]
+    if devices.get("models"):
+        parts.append(", ".join(devices["models"]))
+    if devices.get("min_memory_gb"):
+        parts.append(f"≥{_num(devices['min_memory_gb'])} GB")
+    if devices.get("memory_gb"):
+        parts.append(f"{_num(devices['memory_gb'])} GB")
+    if devices.get("cores_percent"):
+        parts.append(f"{_num(devices['cores_percent'])}%")
+    return " · ".join(parts)
+
+
+def host_text(per_worker: dict | None) -> str:
+    if not per_worker:
+        return "—"
+    return f"{_num(per_worker.get('cpu', 1))} CPU · {_num(per_worker.get('memory_gb', 1))} GB"
+
+
+def framework_text(framework: dict | None) -> str:
+    if not framework:
+        return "—"
+    text = f"{framework.get('name', '')} {framework.get('version') or ''}".strip()
+    extras = framework.get("extras") or {}
+    return text + ("".join(f" + {k} {v}" for k, v in extras.items()) if extras else "")
+
+
+def reasons_text(reasons: dict | None) -> str:
+    """{'not enough free devices': 2} → '2 not enough free devices' (the API's own words)."""
+    return ", ".join(f"{count} {reason}" for reason, count in sorted((reasons or {}).items(), key=lambda kv: -kv[1]))
+
+
+def _covers(scopes: Any, tenant: str) -> bool:
+    """Does an action's scope from whoami ('*' or tenant roots) reach `tenant`?"""
+    if scopes == "*":
+        return True
+    return any(tenant == s or tenant.startswith(s + "/") for s in scopes or [])
+
+
+async def _objects(user: Viewer, kind: str) -> tuple[list[dict], str]:
+    """An inventory list, or [] and the API's message (a viewer without inventory.read
+    still gets the page)."""
+    try:
+        return await user.api.get(f"/api/v1/objects/{kind}"), ""
+    except ApiError as exc:
+        return [], exc.message
+
+
+async def _tenants_for(user: Viewer, action: str) -> list[str]:
+    tenants, _ = await _objects(user, "tenants")
+    scopes = user.actions.get(action)
+    return sorted(t["name"] for t in tenants if _covers(scopes, t["name"]))
+
+
+# ---------------------------------------------------------------------------- the list
+def _placed_devices(placements: list[dict]) -> str:
+    by_model: dict[str, float] = {}
+    for p in placements:
+        # Whole devices count once each; a slice (fraction < 1) counts as its share.
+        share = len(p.get("devices") or []) * min(p.get("device_fraction") or 0, 1)
+        if share:
+            by_model[p["model"]] = by_model.get(p["model"], 0) + share
+    return ", ".join(f"{_num(n)} × {model}" for model, n in by_model.items()) or "—"
+
+
+def _wait_seconds(task: dict, now: datetime) -> float | None:
+    """From submission to start; until now while it has not started; None if unknown."""
+    created = _parse_ts(task.get("created_at"))
+    if created is None:
+        return None
+    started = _parse_ts(task.get("started_at"))
+    if started:
+        return (started - created).total_seconds()
+    if task.get("state") in TERMINAL:
+        finished = _parse_ts(task.get("finished_at"))
+        return (finished - created).total_seconds() if finished else None
+    return max((now - created).total_seconds(), 0.0)
+
+
+def _list_row(task: dict, now: datetime) -> dict:
+    pending = task.get("pending") or {}
+    placements = task.get("placements") or []
+    return {
+        "id": task["id"],
+        "name": task["name"],
+        "state": task["state"],
+        "tenant": task["tenant"],
+        "type": task["type"],
+        "template": task.get("template") or "",
+        "devices": _placed_devices(placements),
+        "pools": sorted({p["pool"] for p in placements}),
+        "nodes": sorted({p["node"] for p in placements}),
+        "position": pending.get("position"),
+        "eta": short_ts(pending.get("estimated_start")) if pending.get("estimated_start") else "",
+        "wait": duration(_wait_seconds(task, now)),
+        "created": short_ts(task.get("created_at")),
+    }
+
+
+def _matches(task: dict, *, task_type: str, pool: str, template: str, q: str) -> bool:
+    if task_type and task.get("type") != task_type:
+        return False
+    if template and task.get("template") != template:
+        return False
+    if pool and not any(p.get("pool") == pool for p in task.get("placements") or []):
+        return False
+    needle = q.strip().lower()
+    return not needle or needle in task.get("name", "").lower() or needle in task.get("id", "").lower()
+
+
+@router.get("/tasks", response_class=HTMLResponse)
+async def task_list(
+    request: Request, state: str = "", tenant: str = "", type: str = "", pool: str = "", template: str = "", q: str = "", fragment: str = ""
+) -> HTMLResponse:
+    user = await viewer(request)
+    filters = {"state": state, "tenant": tenant.strip(), "type": type, "pool": pool, "template": template, "q": q.strip()}
+    filtered_here = bool(type or pool or template or filters["q"])
+    limit = SEARCH_LIMIT if filtered_here else LIST_LIMIT
+    error = ""
+    try:
+        tasks = await user.api.get("/api/v1/tasks", state=state, tenant=filters["tenant"], limit=limit)
+    except ApiError as exc:  # e.g. a viewer-less role, or a bad state in a hand-made URL
+        tasks, error = [], exc.message
+    fetched = len(tasks)
+    now = datetime.now(UTC)
+    rows = [_list_row(t, now) for t in tasks if _matches(t, task_type=type, pool=pool, template=template, q=filters["q"])]
+    context = {
+        "rows": rows,
+        "filters": filters,
+        "query": urlencode({k: v for k, v in filters.items() if v}),
+        "error": error,
+        "window_note": filtered_here and fetched >= limit,
+        "limit": limit,
+    }
+    if fragment == "task-table":
+        return render(request, "tasks_table.html", user, **context)
+    pools, _ = await _objects(user, "pools")
+    templates, _ = await _objects(user, "templates")
+    return render(
+        request,
+        "tasks_list.html",
+        user,
+        active="/tasks",
+        states=STATES,
+        task_types=TASK_TYPES,
+        pools=sorted(p["name"] for p in pools),
+        templates=sorted(t["name"] for t in templates),
+        tenants=await _tenants_for(user, "task.read"),
+        may_submit=user.may("task.submit"),
+        **context,
+    )
+
+
+# ---------------------------------------------------------------------------- the form
+class FormProblem(Exception):
+    """Input the page itself can tell is wrong (before asking the API): a label key."""
+
+    def __init__(self, key: str, **params: Any) -> None:
+        super().__init__(key)
+        self.key, self.params = key, params
+
+
+def _form_values(form: dict[str, str]) -> dict[str, str]:
+    # Browsers send textarea lines with CRLF; a shell command must not carry the CRs.
+    return {k: form.get(k, "").replace("\r\n", "\n") for k in FORM_FIELDS}
+
+
+def _number(text: str) -> Any:
+    """'4' → 4, '0.5' → 0.5; anything else goes to the API as typed so that its message
+    names the field and what it accepts."""
+    text = text.strip()
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            continue
+    return text
+
+
+def template_devices(template: dict | None) -> dict:
+    """The device request a template presets, without the fields it leaves unset."""
+    per_worker = ((template or {}).get("defaults") or {}).get("per_worker") or {}
+    devices = per_worker.get("devices") or {}
+    return {k: v for k, v in devices.items() if v is not None and v != []}
+
+
+def task_document(values: dict[str, str], templates: dict[str, dict]) -> dict:
+    """The Task document the form describes: the advanced YAML, then the form's fields on top.
+
+    A device count or class is written as a whole `per_worker.devices` (the template's
+    request with the change): the API merges a template's per_worker one key deep, so a
+    bare `{count: 4}` would drop the template's device class."""
+    doc: dict[str, Any] = {}
+    advanced = values["advanced"].strip()
+    if advanced:
+        try:
+            extra = yaml.safe_load(advanced)
+        except yaml.YAMLError as exc:
+            raise FormProblem("tasks.error.yaml", message=" ".join(str(exc).split())) from exc
+        if extra is not None and not isinstance(extra, dict):
+            raise FormProblem("tasks.error.yaml_mapping")
+        doc.update(extra or {})
+    template = values["template"].strip() or str(doc.get("template") or "")
+    if not template:
+        raise FormProblem("tasks.error.template")
+    doc["template"] = template
+    for key in ("name", "tenant", "env", "priority", "runtime_estimate"):
+        if values[key].strip():
+            doc[key] = values[key].strip()
+    if values["command"].strip():
+        doc["command"] = values["command"].strip()
+    if values["workers"].strip():
+        doc["workers"] = _number(values["workers"])
+    count, device_class = values["device_count"].strip(), values["device_class"].strip()
+    if (count or device_class) and isinstance(doc.get("per_worker", {}), dict):
+        per_worker = dict(doc.get("per_worker") or {})
+        devices = dict(per_worker.get("devices") or template_devices(templates.get(template)))
+        if device_class and device_class != devices.get("class"):
+            devices = {k: v for k, v in devices.items() if k != "models"}  # another class's models cannot apply
+            devices["class"] = device_class
+        if count:
+            devices["count"] = _number(count)
+        if "class" not in devices:
+            raise FormProblem("tasks.error.device_class")
+        per_worker["devices"] = devices
+        doc["per_worker"] = per_worker
+    doc.pop("kind", None)
+    return doc
+
+
+def template_view(template: dict) -> dict:
+    """A template as the form shows it: what it presets, as (label key, text) pairs."""
+    defaults = template.get("defaults") or {}
+    per_worker = defaults.get("per_worker") or {}
+    devices = template_devices(template)
+    presets: list[tuple[str, str]] = []
+    if defaults.get("workers"):
+        presets.append(("tasks.field.workers", str(defaults["workers"])))
+    presets.append(("tasks.spec.devices", devices_text(devices)))
+    if per_worker:
+        presets.append(("tasks.spec.host", host_text(per_worker)))
+    if defaults.get("framework"):
+        presets.append(("tasks.spec.framework", framework_text(defaults["framework"])))
+    if defaults.get("fallback"):
+        presets.append(("tasks.spec.fallback", " → ".join(defaults["fallback"])))
+    if defaults.get("any_of"):
+        presets.append(("tasks.spec.any_of", ", ".join(defaults["any_of"])))
+    if defaults.get("features"):
+        presets.append(("tasks.spec.features", ", ".join(defaults["features"])))
+    if defaults.get("runtime_estimate") or defaults.get("max_runtime"):
+        presets.append(("tasks.spec.runtime", f"{defaults.get('runtime_estimate') or '—'} / {defaults.get('max_runtime') or '—'}"))
+    if defaults.get("command"):
+        presets.append(("tasks.spec.command", defaults["command"]))
+    return {
+        "name": template["name"],
+        "type": template.get("type", "general"),
+        "display_name": template.get("display_name") or "",
+        "presets": presets,
+        "priority": defaults.get("priority") or "",
+        "workers": defaults.get("workers") or "",
+        "device_count": _num(devices["count"]) if "count" in devices else "",
+    }
+
+
+def _template_groups(templates: list[dict], type_filter: str) -> list[tuple[str, list[dict]]]:
+    groups = []
+    for task_type in TASK_TYPES:
+        if type_filter and task_type != type_filter:
+            continue
+        members = [template_view(t) for t in sorted(templates, key=lambda t: t["name"]) if t.get("type", "general") == task_type]
+        if members:
+            groups.append((task_type, members))
+    return groups
+
+
+async def _form_page(
+    request: Request,
+    user: Viewer,
+    values: dict[str, str],
+    *,
+    type_filter: str = "",
+    problem: tuple[str, dict] | None = None,
+    plan: dict | None = None,
+    status_code: int = 200,
+) -> HTMLResponse:
+    templates, templates_error = await _objects(user, "templates")
+    by_name = {t["name"]: t for t in templates}
+    chosen = by_name.get(values.get("template", ""))
+    return render(
+        request,
+        "tasks_new.html",
+        user,
+        status_code=status_code,
+        active="/tasks",
+        values=values,
+        type_filter=type_filter if type_filter in TASK_TYPES else "",
+        task_types=TASK_TYPES,
+        groups=_template_groups(templates, type_filter if type_filter in TASK_TYPES else ""),
+        all_groups=_template_groups(templates, ""),
+        templates_error=templates_error,
+        chosen=template_view(chosen) if chosen else None,
+        tenants=await _tenants_for(user, "task.submit"),
+        environments=ENVIRONMENTS,
+        priorities=PRIORITIES,
+        device_classes=DEVICE_CLASSES,
+        problem=problem,
+        plan=plan,
+        form_fields=FORM_FIELDS,
+    )
+
+
+@router.get("/tasks/new", response_class=HTMLResponse)
+async def new_task(request: Request, type: str = "", template: str = "", fragment: str = "") -> HTMLResponse:
+    user = await viewer(request)
+    if fragment == "template-defaults":
+        templates, _ = await _objects(user, "templates")
+        chosen = next((t for t in templates if t["name"] == template), None)
+        return render(request, "tasks_template_defaults.html", user, chosen=template_view(chosen) if chosen else None)
+    values = {k: "" for k in FORM_FIELDS} | {"template": template, "env": Environment.DEV.value}
+    return await _form_page(request, user, values, type_filter=type)
+
+
+async def _document_or_form(request: Request, user: Viewer, values: dict[str, str]) -> dict | HTMLResponse:
+    templates, _ = await _objects(user, "templates")
+    try:
+        return task_document(values, {t["name"]: t for t in templates})
+    except FormProblem as exc:
+        return await _form_page(request, user, values, problem=(exc.key, exc.params), status_code=422)
+
+
+def plan_view(plan: dict) -> dict:
+    """The plan answer arranged for the page: outcome, candidates with the reasons for the
+    ones not chosen, where the workers go, limits, start, cost, backend and approval."""
+    explanation = plan.get("explanation") or {}
+    attempts = explanation.get("attempts") or []
+    task = plan.get("task") or {}
+    per_worker = task.get("per_worker") or {}
+    outcome = "fits_now" if plan.get("feasible") else ("waits" if plan.get("fits_when_idle") else "impossible")
+    backend = plan.get("backend") or {}
+    approval = plan.get("approval") or {}
+    runtime = plan.get("estimated_runtime")
+    if runtime in (None, "-"):  # the API writes an unknown runtime as "-"
+        runtime = task.get("runtime_estimate") or "—"
+    return {
+        "outcome": outcome,
+        "feasible": bool(plan.get("feasible")),
+        "fits_when_idle": bool(plan.get("fits_when_idle")),
+        "summary": explanation.get("summary", ""),
+        "candidates": attempt_rows(attempts, plan.get("chosen")),
+        "fallback_used": bool(plan.get("fallback_used")),
+        "chosen": plan.get("chosen") or "",
+        "placements": plan.get("placements") or [],
+        "limits": [
+            ("tasks.spec.workers", str(task.get("workers", 1))),
+            ("tasks.spec.devices", devices_text(per_worker.get("devices"))),
+            ("tasks.spec.host", host_text(per_worker)),
+            ("tasks.plan.runtime", runtime),
+            ("tasks.plan.max_runtime", task.get("max_runtime") or "—"),
+        ],
+        "start": short_ts(plan.get("estimated_start")),
+        "wait": duration(plan.get("estimated_wait_s")),
+        "position": plan.get("queue_position"),
+        "estimated_pool": plan.get("estimated_pool") or "",
+        "cost_per_hour": plan.get("cost_per_hour"),
+        "estimated_cost": plan.get("estimated_cost"),
+        "backend": backend,
+        "unsupported": [f"{g.get('capability')}: {g.get('reason')}" for g in backend.get("unsupported") or []],
+        "approval_needed": bool(approval.get("needed")),
+        "approval_reasons": [r.get("message", "") for r in approval.get("reasons") or []],
+        "approval_expires": approval.get("expire_after") or "",
+    }
+
+
+def attempt_rows(attempts: list[dict], chosen: str | None) -> list[dict]:
+    """Candidates in the order tried: the first is the preferred one, later ones fallbacks."""
+    rows = []
+    for i, attempt in enumerate(attempts):
+        rows.append(
+            {
+                "candidate": attempt.get("candidate", ""),
+                "role": "preferred" if i == 0 else "fallback",
+                "pools": attempt.get("pools") or [],
+                "outcome": attempt.get("outcome", ""),
+                "workers_fit": attempt.get("workers_fit"),
+                "chosen": bool(chosen) and attempt.get("candidate") == chosen and attempt.get("outcome") == "fit",
+                "reasons": reasons_text(attempt.get("reasons")),
+                "details": attempt.get("details") or [],
+            }
+        )
+    return rows
+
+
+@router.post("/tasks/new/plan", response_class=HTMLResponse)
+async def plan_task(request: Request) -> HTMLResponse:
+    user = await viewer(request)
+    values = _form_values(await check_csrf(request, user))
+    doc = await _document_or_form(request, user, values)
+    if isinstance(doc, HTMLResponse):
+        return doc
+    try:
+        plan = await user.api.post("/api/v1/tasks/plan", json=doc)
+    except ApiError as exc:
+        return await _form_page(request, user, values, problem=("tasks.error.refused", {"message": exc.message}), status_code=exc.status)
+    return await _form_page(request, user, values, plan=plan_view(plan))
+
+
+@router.post("/tasks/new/submit", response_class=HTMLResponse)
+async def submit_task(request: Request) -> Response:
+    user = await viewer(request)
+    values = _form_values(await check_csrf(request, user))
+    doc = await _document_or_form(request, user, values)
+    if isinstance(doc, HTMLResponse):
+        return doc
+    try:
+        task = await user.api.post("/api/v1/tasks", json=doc)
+    except ApiError as exc:
+        return await _form_page(request, user, values, problem=("tasks.error.refused", {"message": exc.message}), status_code=exc.status)
+    return RedirectResponse(f"/tasks/{quote(task['id'], safe='')}", status_code=303)
+
+
+# ---------------------------------------------------------------------------- one task
+def _timeline(events: list[dict]) -> list[dict]:
+    rows = []
+    for event in events:
+        action = event.get("action", "")
+        if not action.startswith("task."):
+            continue
+        suffix = action.removeprefix("task.")
+        after = event.get("after") or {}
+        rows.append(
+            {
+                "ts": short_ts(event.get("ts")),
+                "action": action,
+                "suffix": suffix,
+                "state": after.get("state") or (suffix if suffix in STATES else ""),
+                "actor": event.get("actor", ""),
+                "detail": after.get("message") or after.get("reason") or "",
+            }
+        )
+    return rows
+
+
+def _spec_summary(spec: dict) -> list[tuple[str, str]]:
+    per_worker = spec.get("per_worker") or {}
+    rows = [
+        ("tasks.spec.workers", str(spec.get("workers", 1))),
+        ("tasks.spec.devices", devices_text(per_worker.get("devices"))),
+        ("tasks.spec.host", host_text(per_worker)),
+        ("tasks.spec.framework", framework_text(spec.get("framework"))),
+    ]
+    if spec.get("fallback"):
+        rows.append(("tasks.spec.fallback", " → ".join(spec["fallback"])))
+    if spec.get("any_of"):
+        rows.append(("tasks.spec.any_of", ", ".join(spec["any_of"])))
+    if spec.get("features"):
+        rows.append(("tasks.spec.features", ", ".join(spec["features"])))
+    rows.append(("tasks.spec.runtime", f"{spec.get('runtime_estimate') or '—'} / {spec.get('max_runtime') or '—'}"))
+    if spec.get("image"):
+        rows.append(("tasks.spec.image", spec["image"]))
+    return rows
+
+
+def _without_empty(value: Any) -> Any:
+    """The spec without unset fields, for a readable YAML view."""
+    if isinstance(value, dict):
+        return {k: _without_empty(v) for k, v in value.items() if v not in (None, "", [], {})}
+    return value
+
+
+def detail_view(task: dict, user: Viewer) -> dict:
+    state = task.get("state", "")
+    attempts = task.get("placement_attempts") or []
+    placements = task.get("placements") or []
+    chosen_attempt = next((a for a in attempts if a.get("outcome") == "fit"), None)
+    events = task.get("events") or []
+    terminal = state in TERMINAL
+    return {
+        "task": task,
+        "state": state,
+        "terminal": terminal,
+        "may_cancel": not terminal and user.may("task.cancel"),
+        "cancel_requested": not terminal and any(e.get("action") == "task.cancel_requested" for e in events),
+        "timeline": _timeline(events),
+        "placements": placements,
+        "attempts": attempt_rows(attempts, chosen_attempt.get("candidate") if chosen_attempt else None),
+        "preferred": attempts[0].get("candidate", "") if attempts else "",
+        "chosen": (chosen_attempt or {}).get("candidate", "") if placements else "",
+        "chosen_models": sorted({p["model"] for p in placements}),
+        "pending": task.get("pending") if state == TaskState.QUEUED.value else None,
+        "pending_reasons": reasons_text((task.get("pending") or {}).get("reasons")),
+        "pending_eta": short_ts((task.get("pending") or {}).get("estimated_start")),
+        "pending_wait": duration((task.get("pending") or {}).get("estimated_wait_s")),
+        "approval": task.get("approval") if state == TaskState.PENDING_APPROVAL.value else None,
+        "times": [
+            ("created", short_ts(task.get("created_at"))),
+            ("tasks.detail.admitted", short_ts(task.get("admitted_at"))),
+            ("tasks.detail.started", short_ts(task.get("started_at"))),
+            ("tasks.detail.finished", short_ts(task.get("finished_at"))),
+            ("tasks.wait", duration(_wait_seconds(task, datetime.now(UTC)))),
+        ],
+    }
+
+
+async def _read_log(user: Viewer, task_id: str, rank: int, offset: int) -> dict:
+    return await user.api.get(f"/api/v1/tasks/{quote(task_id, safe='')}/logs", rank=rank, offset=offset, limit=LOG_READ_BYTES)
+
+
+async def _log_tail(user: Viewer, task_id: str, rank: int) -> dict:
+    """The last LOG_TAIL_CHARS of a worker's log and the byte offset to follow it from."""
+    text, offset, complete, truncated = "", 0, False, False
+    try:
+        for _ in range(LOG_MAX_READS):
+            chunk = await _read_log(user, task_id, rank, offset)
+            text += chunk.get("text", "")
+            if len(text) > LOG_TAIL_CHARS:
+                text, truncated = text[-LOG_TAIL_CHARS:], True
+            moved = chunk.get("offset", offset) - offset
+            offset, complete = max(chunk.get("offset", offset), offset), bool(chunk.get("complete"))
+            if moved < LOG_READ_BYTES:  # a short read: this is the end for now
+                break
+    except ApiError as exc:  # e.g. a viewer may read the task but not its logs
+        return {"text": "", "offset": 0, "complete": True, "error": exc.message, "truncated": False}
+    return {"text": text, "offset": offset, "complete": complete, "error": "", "truncated": truncated}
+
+
+def _int(text: str, default: int = 0) -> int:
+    try:
+        return max(int(text), 0)
+    except ValueError:
+        return default
+
+
+@router.get("/tasks/{task_id}", response_class=HTMLResponse)
+async def task_detail(request: Request, task_id: str, fragment: str = "", rank: str = "0", offset: str = "0") -> HTMLResponse:
+    user = await viewer(request)
+    worker = _int(rank)
+    if fragment == "log":
+        try:
+            chunk = await _read_log(user, task_id, worker, _int(offset))
+            error = ""
+        except ApiError as exc:
+            chunk, error = {"text": "", "offset": _int(offset), "complete": True}, exc.message
+        return render(request, "task_log.html", user, task_id=task_id, rank=worker, chunk=chunk, error=error)
+    task = await user.api.get(f"/api/v1/tasks/{quote(task_id, safe='')}")
+    return await _detail_page(request, user, task, fragment=fragment, rank=worker)
+
+
+async def _detail_page(
+    request: Request, user: Viewer, task: dict, *, fragment: str = "", rank: int = 0, action_error: str = "", status_code: int = 200
+) -> HTMLResponse:
+    view = detail_view(task, user)
+    if fragment == "task-live":
+        return render(request, "task_live.html", user, **view)
+    workers = int((task.get("spec") or {}).get("workers", 1) or 1)
+    rank = min(rank, workers - 1)
+    spec = task.get("spec") or {}
+    return render(
+        request,
+        "task_detail.html",
+        user,
+        status_code=status_code,
+        active="/tasks",
+        rank=rank,
+        ranks=list(range(min(workers, 64))),
+        log=await _log_tail(user, task["id"], rank),
+        log_tail_kib=LOG_TAIL_CHARS // 1024,
+        spec_summary=_spec_summary(spec),
+        command=spec.get("command") or "",
+        spec_yaml=yaml.safe_dump(_without_empty(spec), sort_keys=False, allow_unicode=True),
+        action_error=action_error,
+        **view,
+    )
+
+
+@router.post("/tasks/{task_id}/cancel", response_class=HTMLResponse)
+async def cancel_task(request: Request, task_id: str) -> Response:
+    user = await viewer(request)
+    await check_csrf(request, user)
+    path = f"/api/v1/tasks/{quote(task_id, safe='')}"
+    try:
+        await user.api.post(path + "/cancel")
+    except ApiError as exc:
+        if exc.status == 404:  # not visible to this user: the error page, as for reading it
+            raise
+        # The refusal (already ended, not allowed) is shown on the task's page.
+        task = await user.api.get(path)
+        return await _detail_page(request, user, task, action_error=exc.message, status_code=exc.status)
+    return RedirectResponse(f"/tasks/{quote(task_id, safe='')}", status_code=303)
