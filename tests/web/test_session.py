@@ -72,3 +72,23 @@ def test_every_label_has_english_and_chinese() -> None:
 def test_static_assets_are_served_locally(anonymous: TestClient) -> None:
     for asset in ("htmx.min.js", "echarts.min.js", "app.js", "app.css"):
         assert anonymous.get(f"/static/{asset}").status_code == 200
+
+
+def test_templates_hold_no_untranslated_text() -> None:
+    """Visible text comes from t(...): strip Jinja and tags and no English words may remain
+    (product names and units excepted)."""
+    import re
+    from pathlib import Path
+
+    import hetpool.web
+
+    allowed = {"hetpool", "UTC", "nbsp"}
+    offenders = {}
+    for template in sorted((Path(hetpool.web.__file__).parent / "templates").glob("*.html")):
+        text = template.read_text()
+        for pattern in (r"\{#.*?#\}", r"\{%.*?%\}", r"\{\{.*?\}\}", r"<script.*?</script>", r"<style.*?</style>", r"<[^>]*?(?:\"[^\"]*\"[^>]*?)*>"):
+            text = re.sub(pattern, " ", text, flags=re.S)
+        words = set(re.findall(r"[A-Za-z]{3,}", text)) - allowed
+        if words:
+            offenders[template.name] = sorted(words)
+    assert not offenders, f"text outside t(...): {offenders}"
