@@ -20,6 +20,10 @@ from hetpool.server.services import auth
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.settings import Settings
 
+# pytest-xdist workers start with COLUMNS=80, and Rich fixes a console's width from it at
+# import: CLI tables would wrap where the tests (which pass COLUMNS=200 per call) expect one line.
+os.environ.pop("COLUMNS", None)
+
 REPO = Path(__file__).resolve().parents[1]
 DEMO_DIR = REPO / "examples" / "demo"
 TASKS_DIR = REPO / "examples" / "tasks"

@@ -9,6 +9,7 @@ gives the later pages (task page, cost, audit, capacity) something to show."""
 from __future__ import annotations
 
 import re
+import time
 
 import httpx
 import pytest
@@ -86,8 +87,22 @@ def test_approve_a_request_from_the_inbox(page, live_server, admin_api: httpx.Cl
     admin_api.delete("/api/v1/objects/approvalpolicies/e2e-big-jobs")
 
 
-def _pages() -> list[tuple[str, str]]:
-    task_id = _state.get("task_id", "")
+@pytest.fixture(scope="module")
+def finished_task(admin_api: httpx.Client) -> str:
+    """A task that has run on this server, whatever ran before (the pages need history)."""
+    task = {**example_task("data-prep.yaml"), "name": "history-for-the-pages", "command": "echo ready"}
+    created = admin_api.post("/api/v1/tasks", json=task)
+    assert created.status_code == 201, created.text
+    task_id = created.json()["id"]
+    deadline = time.monotonic() + 60
+    while (state := admin_api.get(f"/api/v1/tasks/{task_id}").json()["state"]) != "succeeded":
+        assert state not in ("failed", "cancelled") and time.monotonic() < deadline, f"{task_id} is {state}"
+        time.sleep(0.3)
+    return task_id
+
+
+def _pages(finished: str) -> list[tuple[str, str]]:
+    task_id = _state.get("task_id", finished)
     pages = [
         ("overview", "/"),
         ("resources", "/resources"),
@@ -100,18 +115,18 @@ def _pages() -> list[tuple[str, str]]:
         ("audit", "/audit"),
         ("capacity", "/capacity?days=30&add_count=8&add_model=nvidia-a100-80g&run=1"),
     ]
-    if task_id:
-        pages.append(("task-detail", f"/tasks/{task_id}"))
+    pages.append(("task-detail", f"/tasks/{task_id}"))
     return pages
 
 
 @pytest.mark.parametrize("lang", ["en", "zh-CN"])
-def test_every_page_in_both_languages(page, live_server, lang: str) -> None:
+def test_every_page_in_both_languages(page, live_server, finished_task: str, lang: str) -> None:
     sign_in(page, live_server.token)
     page.goto(f"/lang/{lang}?next=/")
-    for name, path in _pages():
+    for name, path in _pages(finished_task):
         response = page.goto(path)
-        assert response is not None and response.status == 200, f"{path}: HTTP {response.status if response else '?'}"
+        status = response.status if response else "?"
+        assert status == 200, f"{path}: HTTP {status}: {page.inner_text('main')[:500]}"
         page.wait_for_load_state("networkidle")
         assert page.get_attribute("html", "lang") == lang
         heading = page.inner_text("main h1")
@@ -127,12 +142,12 @@ def test_every_page_in_both_languages(page, live_server, lang: str) -> None:
         screenshot(page, f"{name}-{lang}")
 
 
-def test_usable_at_1280_pixels(browser, live_server) -> None:
+def test_usable_at_1280_pixels(browser, live_server, finished_task: str) -> None:
     context = browser.new_context(viewport={"width": 1280, "height": 800}, base_url=live_server.url)
     tab = context.new_page()
     sign_in(tab, live_server.token)
     tab.goto("/lang/en?next=/")
-    for _name, path in _pages():
+    for _name, path in _pages(finished_task):
         tab.goto(path)
         tab.wait_for_load_state("networkidle")
         overflow = tab.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
