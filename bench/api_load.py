@@ -1,0 +1,179 @@
+"""Load benchmark: task submissions per second and their latency through the REST API of a
+real `hetpool up` process on PostgreSQL, with dashboard-style reads running alongside.
+
+Starts its own throwaway PostgreSQL (deploy/postgres.sh on port 55520, so it never touches
+the test instance) unless --database-url is given, starts `hetpool up --demo` against it,
+then runs --clients concurrent submitters (asyncio + httpx, keep-alive) and --readers
+concurrent readers (GET /api/v1/tasks?limit=50, /api/v1/stats/capacity, /api/v1/stats/workload)
+for --duration seconds. The server's own workers run unless --no-workers: then the numbers
+are the API path alone. Submitted tasks are 8-GPU trainings that sleep, so the estate fills
+up and the rest queue, the way a busy day looks. Prints and saves JSON to
+bench/results/api_load.json.
+
+    python bench/api_load.py [--duration 20] [--clients 16] [--readers 2] [--no-workers]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+PG_ENV = {"HETPOOL_PG_PORT": "55520", "HETPOOL_PG_DIR": "/tmp/hetpool-pg-bench"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
+
+
+def start_server(database_url: str, workers: bool, data_dir: Path) -> tuple[subprocess.Popen, str, str]:
+    port = free_port()
+    log = data_dir / "server.log"
+    cmd = [sys.executable, "-m", "hetpool.cli.main", "up", "--demo", "--port", str(port), "--data-dir", str(data_dir), "--database-url", database_url]
+    cmd.append("--workers" if workers else "--no-workers")
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.3)
+    else:
+        raise SystemExit("server did not start:\n" + log.read_text())
+    match = re.search(r"(hp_[A-Za-z0-9_-]{20,})", log.read_text())
+    if not match:
+        raise SystemExit("no admin token in the server log (is the database fresh?)")
+    return proc, url, match.group(1)
+
+
+def task_body(i: int) -> dict:
+    return {
+        "name": f"load-{i}",
+        "tenant": "ai-lab/nlp/llm-sft",
+        "template": "pytorch-ddp",
+        "workers": 1,
+        "command": "sleep 30",
+    }
+
+
+async def run_load(url: str, token: str, duration: float, clients: int, readers: int) -> dict:
+    headers = {"Authorization": f"Bearer {token}"}
+    limits = httpx.Limits(max_connections=clients + readers + 4, max_keepalive_connections=clients + readers + 4)
+    submit_ms: list[float] = []
+    read_ms: dict[str, list[float]] = {}
+    errors: dict[str, int] = {}
+    counter = iter(range(10**9))
+    end = time.perf_counter() + duration
+
+    async with httpx.AsyncClient(base_url=url, headers=headers, limits=limits, timeout=30) as client:
+
+        async def submitter() -> None:
+            while time.perf_counter() < end:
+                t0 = time.perf_counter()
+                response = await client.post("/api/v1/tasks", json=task_body(next(counter)))
+                elapsed = (time.perf_counter() - t0) * 1000
+                if response.status_code == 201:
+                    submit_ms.append(elapsed)
+                else:
+                    key = f"submit {response.status_code}"
+                    errors[key] = errors.get(key, 0) + 1
+
+        async def reader() -> None:
+            paths = ["/api/v1/tasks?limit=50", "/api/v1/stats/capacity", "/api/v1/stats/workload?window=24h"]
+            i = 0
+            while time.perf_counter() < end:
+                path = paths[i % len(paths)]
+                i += 1
+                t0 = time.perf_counter()
+                response = await client.get(path)
+                read_ms.setdefault(path, []).append((time.perf_counter() - t0) * 1000)
+                if response.status_code != 200:
+                    errors[f"read {response.status_code}"] = errors.get(f"read {response.status_code}", 0) + 1
+
+        started = time.perf_counter()
+        await asyncio.gather(*[submitter() for _ in range(clients)], *[reader() for _ in range(readers)])
+        wall = time.perf_counter() - started
+    return {
+        "wall_s": round(wall, 2),
+        "submitted": len(submit_ms),
+        "submissions_per_s": round(len(submit_ms) / wall, 1),
+        "submit_ms": {name: round(percentile(submit_ms, q), 1) for name, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))},
+        "reads": {
+            path: {"count": len(v), "p50_ms": round(percentile(v, 0.5), 1), "p99_ms": round(percentile(v, 0.99), 1)} for path, v in read_ms.items()
+        },
+        "errors": errors,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--duration", type=float, default=20.0)
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--readers", type=int, default=2)
+    parser.add_argument("--database-url", default="", help="default: a throwaway PostgreSQL from deploy/postgres.sh on port 55520")
+    parser.add_argument("--no-workers", action="store_true", help="measure the API alone (no scheduler / dispatcher in the server)")
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "api_load.json")
+    args = parser.parse_args()
+
+    own_pg = not args.database_url
+    env = {**os.environ, **PG_ENV}
+    if own_pg:
+        subprocess.run([str(REPO / "deploy" / "postgres.sh"), "stop"], env=env, capture_output=True)
+        subprocess.run(["rm", "-rf", PG_ENV["HETPOOL_PG_DIR"]], check=True)
+        base = subprocess.run([str(REPO / "deploy" / "postgres.sh"), "start"], env=env, capture_output=True, text=True, check=True).stdout.strip()
+        database_url = base
+    else:
+        database_url = args.database_url
+    data_dir = Path(f"/tmp/hetpool-api-load-{os.getpid()}")
+    data_dir.mkdir(parents=True, exist_ok=True)
+    proc, url, token = start_server(database_url, not args.no_workers, data_dir)
+    try:
+        result = asyncio.run(run_load(url, token, args.duration, args.clients, args.readers))
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(20)
+        subprocess.run(["pkill", "-f", str(data_dir)], capture_output=True)  # the local backend's sleeping runners
+        if own_pg:
+            subprocess.run([str(REPO / "deploy" / "postgres.sh"), "stop"], env=env, capture_output=True)
+    report = {
+        "benchmark": "api_load",
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
+        "database": "postgresql",
+        "server_workers": not args.no_workers,
+        "clients": args.clients,
+        "readers": args.readers,
+        "duration_s": args.duration,
+        **result,
+        "target": {"submissions_per_s": 300, "p99_ms": 200},
+    }
+    print(json.dumps(report, indent=2))
+    out = args.out if not args.no_workers else args.out.with_name("api_load_no_workers.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"saved {out}")
+
+
+if __name__ == "__main__":
+    main()
