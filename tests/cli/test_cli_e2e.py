@@ -46,8 +46,11 @@ class Server:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-m", "hetpool.cli.main", "up", "--demo", "--data-dir", str(self.data_dir), "--port", str(self.port)]
         cmd += ["--database-url", self.db_url]
+        # A short leader lease: a server restarted after kill -9 has a new holder id and
+        # waits out its predecessor's lease before its workers run.
+        env = {**os.environ, "HETPOOL_LEADER_LEASE_S": "2", "HETPOOL_LEADER_RENEW_S": "0.5"}
         with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+import uuid
 from functools import wraps
 from pathlib import Path
 
@@ -65,11 +66,13 @@ def version() -> None:
 def up(
     demo: bool = typer.Option(False, "--demo", help="load the demo inventory from examples/demo"),
     data_dir: Path = typer.Option(None, "--data-dir", envvar="HETPOOL_DATA_DIR", help="default: ~/.hetpool"),
-    host: str = typer.Option("127.0.0.1", "--host", envvar="HETPOOL_HOST"),
-    port: int = typer.Option(8080, "--port", envvar="HETPOOL_PORT"),
+    host: str = typer.Option(None, "--host", envvar="HETPOOL_HOST", help="default: 127.0.0.1"),
+    port: int = typer.Option(None, "--port", envvar="HETPOOL_PORT", help="default: 8080"),
     database_url: str = typer.Option("", "--database-url", envvar="HETPOOL_DATABASE_URL", help="default: SQLite in the data dir"),
     demo_dir: Path = typer.Option(Path("examples/demo"), "--demo-dir", help="inventory loaded by --demo"),
-    workers: bool = typer.Option(True, "--workers/--no-workers", envvar="HETPOOL_RUN_WORKERS", help="run the scheduler, dispatcher and reconciler"),
+    workers: bool = typer.Option(None, "--workers/--no-workers", envvar="HETPOOL_RUN_WORKERS", help="run the scheduler, dispatcher and reconciler"),
+    config: Path = typer.Option(None, "--config", envvar="HETPOOL_CONFIG", help="YAML settings file; HETPOOL_* and flags override it"),
+    log_format: str = typer.Option(None, "--log-format", envvar="HETPOOL_LOG_FORMAT", help="text or json (one object per line)"),
     slurm_conf: str = typer.Option("", "--slurm-conf", envvar="HETPOOL_DEMO_SLURM_CONF", help="also import this Slurm cluster as 'hpc'"),
     ray_address: str = typer.Option("", "--ray-address", envvar="HETPOOL_DEMO_RAY_ADDRESS", help="also import this Ray head as 'ray-lab'"),
 ) -> None:
@@ -86,6 +89,8 @@ def up(
         workers=workers,
         slurm_conf=slurm_conf,
         ray_address=ray_address,
+        config=config,
+        log_format=log_format,
     )
 
 
@@ -214,11 +219,17 @@ def delete(kind: str, name: str, url: str = UrlOpt, token: str = TokenOpt) -> No
 
 @app.command()
 @handles_errors
-def submit(file: str = FileOpt, url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutOpt) -> None:
-    """Submit a task; prints its id."""
+def submit(
+    file: str = FileOpt,
+    url: str = UrlOpt,
+    token: str = TokenOpt,
+    output: OutputFormat = OutOpt,
+    idempotency_key: str = typer.Option("", "--idempotency-key", help="Reuse to make a repeated submit return the first task (default: random)"),
+) -> None:
+    """Submit a task; prints its id. A lost connection is retried once with the same Idempotency-Key, never creating two tasks."""
     task = read_single_task(file)
     with _client(url, token) as client:
-        created = client.submit(task)
+        created = client.submit(task, idempotency_key=idempotency_key or f"cli-{uuid.uuid4()}")
     if not emit_data(created, output):
         print(created["id"])
 
@@ -331,6 +342,10 @@ _register_users(app)
 from hetpool.cli.cost_command import register as _register_cost  # noqa: E402 (cost report, ledger, budgets)
 
 _register_cost(app)
+
+from hetpool.cli.db import register as _register_db  # noqa: E402 (db upgrade/current/backup/restore, config check)
+
+_register_db(app)
 
 if __name__ == "__main__":
     app()

@@ -10,9 +10,10 @@ from rich.console import Console
 from hetpool.cli.files import read_documents
 from hetpool.core.specs import parse_documents
 from hetpool.server.app import create_app, make_context
+from hetpool.server.config_file import ConfigError, load_settings
+from hetpool.server.logging_setup import configure_logging
 from hetpool.server.services import auth
 from hetpool.server.services.inventory import apply_specs, load_inventory
-from hetpool.server.settings import Settings
 
 console = Console(stderr=True, soft_wrap=True)  # keep the token on one line
 
@@ -59,20 +60,25 @@ def serve(
     *,
     demo: bool,
     data_dir: Path | None,
-    host: str,
-    port: int,
+    host: str | None,
+    port: int | None,
     database_url: str,
     demo_dir: Path,
-    workers: bool,
+    workers: bool | None,
     slurm_conf: str = "",
     ray_address: str = "",
+    config: Path | None = None,
+    log_format: str | None = None,
 ) -> None:
-    overrides = {"host": host, "port": port, "run_workers": workers}
-    if data_dir:
-        overrides["data_dir"] = data_dir
-    if database_url:
-        overrides["database_url"] = database_url
-    settings = Settings(**overrides)
+    # Flags left unset (None) fall back to the environment, then the config file (config_file.py).
+    overrides = {"host": host, "port": port, "run_workers": workers, "data_dir": data_dir, "database_url": database_url or None}
+    overrides["log_format"] = log_format
+    try:
+        settings = load_settings(config, overrides)
+    except ConfigError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    configure_logging(settings.log_format, settings.log_level)
+    host, port = settings.host, settings.port
     ctx = make_context(settings)
     with ctx.db.transaction() as session:
         token = auth.ensure_admin(session, ctx.clock.now())
@@ -89,4 +95,5 @@ def serve(
         for line in load_engines(ctx, slurm_conf, ray_address):
             console.print(f"engine cluster {line}")
     console.print(f"hetpool {settings.data_dir} · database {ctx.db.dialect} · serving on {url}")
-    uvicorn.run(create_app(settings, ctx), host=host, port=port, log_level="warning")
+    # log_config=None: uvicorn's loggers go through configure_logging's handler (JSON or text).
+    uvicorn.run(create_app(settings, ctx), host=host, port=port, log_level="warning", log_config=None)

@@ -63,8 +63,18 @@ class HetpoolClient:
     def plan(self, task: dict) -> dict:
         return self._request("POST", "/api/v1/tasks/plan", json=task)
 
-    def submit(self, task: dict) -> dict:
-        return self._request("POST", "/api/v1/tasks", json=task)
+    def submit(self, task: dict, idempotency_key: str | None = None, retries: int = 1) -> dict:
+        """With a key, a lost connection is retried (`retries` times) with the same key:
+        the server returns the task a first attempt may have created instead of a second."""
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        for attempt in range(retries + 1 if idempotency_key else 1):
+            try:
+                return self._request("POST", "/api/v1/tasks", json=task, headers=headers)
+            except (httpx.TransportError, ApiError) as exc:
+                lost = isinstance(exc, httpx.TransportError) or exc.status == 0
+                if not lost or attempt == retries:
+                    raise
+        raise AssertionError("unreachable")
 
     def list_tasks(self, state: str | None = None, tenant: str | None = None) -> list[dict]:
         params = {k: v for k, v in {"state": state, "tenant": tenant}.items() if v}

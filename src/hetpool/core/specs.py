@@ -117,13 +117,60 @@ def parse_spec(document: Any, where: str = "") -> BaseModel:
         raise SpecError(f"{first['loc']}: {first['msg']}", details=details) from None
 
 
+# Hostile files: aliases are shared objects while loaded but are copied out when sent as
+# JSON (9 levels of 9 aliases, "billion laughs", become 387 million items), and deep
+# nesting overflows the stack. No real spec needs more of either.
+MAX_YAML_ALIAS_NODES = 10_000  # values the aliases (*name) of one file stand for, once expanded
+MAX_YAML_DEPTH = 50
+
+
+def _expanded_size(node, memo: dict) -> int:
+    found = memo.get(id(node))
+    if found is None:
+        if isinstance(node, yaml.SequenceNode):
+            found = 1 + sum(_expanded_size(n, memo) for n in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            found = 1 + sum(_expanded_size(k, memo) + _expanded_size(v, memo) for k, v in node.value)
+        else:
+            found = 1
+        memo[id(node)] = found
+    return found
+
+
+class _GuardedLoader(yaml.SafeLoader):
+    def __init__(self, stream) -> None:
+        super().__init__(stream)
+        self._alias_nodes = 0
+        self._sizes: dict = {}
+        self._depth = 0
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            node = super().compose_node(parent, index)
+            self._alias_nodes += _expanded_size(node, self._sizes)
+            if self._alias_nodes > MAX_YAML_ALIAS_NODES:
+                raise SpecError(f"YAML aliases (*name) expand to more than {MAX_YAML_ALIAS_NODES} values; write the values out")
+            return node
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                raise SpecError(f"nested deeper than {MAX_YAML_DEPTH} levels")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
 def load_yaml_documents(text: str, source: str = "<input>") -> list[dict]:
     if len(text.encode()) > MAX_SPEC_BYTES:
         raise SpecError(f"{source}: larger than {MAX_SPEC_BYTES // (1024 * 1024)} MiB")
     try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+        docs = [d for d in yaml.load_all(text, Loader=_GuardedLoader) if d is not None]  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as exc:
         raise SpecError(f"{source}: not valid YAML: {exc}") from None
+    except SpecError as exc:
+        raise SpecError(f"{source}: {exc.message}") from None
+    except ValueError as exc:  # e.g. an integer of more than 4300 digits
+        raise SpecError(f"{source}: a value cannot be read: {exc}") from None
     for i, doc in enumerate(docs):
         if not isinstance(doc, dict):
             raise SpecError(f"{source}: document {i + 1} is a {type(doc).__name__}, expected a mapping with 'kind:'")

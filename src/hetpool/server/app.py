@@ -13,7 +13,7 @@ from hetpool import __version__
 from hetpool.backends.local import LocalBackend
 from hetpool.core.errors import HetpoolError
 from hetpool.core.specs import format_loc
-from hetpool.server import metrics
+from hetpool.server import leader, metrics
 from hetpool.server.db.session import Database
 from hetpool.server.deps import AuthError
 from hetpool.server.routers import (
@@ -33,6 +33,8 @@ from hetpool.server.routers import (
     tasks,
     users,
 )
+from hetpool.server.routers import leader as leader_routes
+from hetpool.server.security import install as install_security
 from hetpool.server.services.connector_sync import sync_due
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.settings import Settings
@@ -68,10 +70,13 @@ def create_app(settings: Settings | None = None, ctx: ServiceContext | None = No
     async def lifespan(app: FastAPI):
         loops = []
         if settings.run_workers:
-            loops.append(WorkerLoop(ctx, settings.worker_interval_s))
+            # Every replica runs the loops; each pass runs only on the holder of the group's lease.
+            loops.append(WorkerLoop(ctx, settings.worker_interval_s, group=leader.WORKERS))
             if settings.run_connector_sync:
                 # Its own thread: reading an engine can take seconds and must not delay scheduling.
-                loops.append(WorkerLoop(ctx, min(1.0, settings.connector_sync_interval_s), steps=(sync_due,), name="hetpool-connectors"))
+                interval = min(1.0, settings.connector_sync_interval_s)
+                loops.append(WorkerLoop(ctx, interval, steps=(sync_due,), name="hetpool-connectors", group=leader.CONNECTORS))
+        app.state.worker_loops = loops
         for loop in loops:
             loop.start()
         try:
@@ -88,12 +93,7 @@ def create_app(settings: Settings | None = None, ctx: ServiceContext | None = No
     )
     app.state.ctx = ctx
 
-    @app.middleware("http")
-    async def limit_body(request: Request, call_next):
-        length = request.headers.get("content-length")
-        if length and length.isdigit() and int(length) > settings.max_request_bytes:
-            return JSONResponse(status_code=413, content={"code": "too_large", "message": f"request body over {settings.max_request_bytes} bytes"})
-        return await call_next(request)
+    install_security(app, settings)  # body size limit (chunked too), rate limits, CORS, JSON 404/405
 
     @app.exception_handler(HetpoolError)
     async def _domain_error(_request: Request, exc: HetpoolError) -> JSONResponse:
@@ -130,7 +130,11 @@ def create_app(settings: Settings | None = None, ctx: ServiceContext | None = No
         resources_view,
         stats,
         metrics,
+        leader_routes,
     ):
         app.include_router(module.router)
     install_dashboard(app)
+    from hetpool.server.logging_setup import install_request_logging  # X-Request-ID on every response, access log
+
+    install_request_logging(app)
     return app

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -22,10 +23,19 @@ class Settings(BaseSettings):
     run_workers: bool = True
     worker_interval_s: float = 0.5
     compat_overrides: Path | None = None
-    max_request_bytes: int = 4 * 1024 * 1024
+    max_request_bytes: int = Field(default=4 * 1024 * 1024, gt=0, description="larger request bodies (also chunked ones) get 413")
+    # HTTP hardening (server/security.py, server/ratelimit.py; docs/operations-security.md).
+    cors_origins: str = Field(default="", description="comma-separated origins allowed cross-origin (CORS); empty: closed")
+    rate_limit_per_s: float = Field(default=100.0, ge=0, description="sustained /api/ requests per second per token; 0: no limit")
+    rate_limit_burst: int = Field(default=1000, ge=1, description="requests a token may send at once before the rate applies")
+    log_format: Literal["text", "json"] = Field(default="text", description="json: one object per line (server/logging_setup.py)")
+    log_level: Literal["debug", "info", "warning", "error"] = Field(default="info", description="level of the server's own logs")
     connector_sync_interval_s: float = Field(default=30.0, gt=0, description="how often Slurm / Kubernetes / Ray clusters are re-read")
     run_connector_sync: bool = Field(default=True, description="run the periodic connector sync thread")
     heartbeat_timeout_s: float = Field(default=30.0, gt=0, description="a node whose agent is silent this long is offline")
+    # Leader election of the background loops (server/leader.py); renew must be well under the lease.
+    leader_lease_s: float = Field(default=10.0, gt=0, description="a leader silent this long is replaced by a standby replica")
+    leader_renew_s: float = Field(default=3.0, gt=0, description="how often the leader renews its lease and a standby tries to take it")
     # OIDC bearer tokens (JWTs) are accepted only when an issuer is set; the user must exist in hetpool.
     oidc_issuer: str = Field(default="", description="expected 'iss' of OIDC bearer tokens; empty: OIDC off")
     oidc_audience: str = Field(default="", description="expected 'aud'; required with an issuer (else tokens minted for other apps would pass)")

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Body, Depends, Query
+from fastapi import APIRouter, Body, Depends, Header, Query, Response
 
 from hetpool.core.states import TaskState
 from hetpool.core.tenancy import validate_tenant_path
 from hetpool.server.deps import get_ctx, get_principal
 from hetpool.server.schemas.bodies import LogsResponse
-from hetpool.server.services import access
+from hetpool.server.services import access, idempotency
 from hetpool.server.services import tasks as task_service
 from hetpool.server.services.auth import Principal
 from hetpool.server.services.context import ServiceContext
@@ -60,16 +60,26 @@ def plan(
         return task_service.plan(ctx, session, _strip_kind(doc))
 
 
-@router.post("", status_code=201, summary="Submit a task")
+@router.post(
+    "",
+    status_code=201,
+    summary="Submit a task",
+    description="With an Idempotency-Key header, a retry with the same key and body returns the first task "
+    "(status 200, header Idempotent-Replayed: true) instead of creating another; the same key with another body is a 409.",
+)
 def submit(
+    response: Response,
     doc: dict[str, Any] = Body(..., examples=[TASK_EXAMPLE]),
+    idempotency_key: str | None = Header(default=None, alias="Idempotency-Key"),
     ctx: ServiceContext = Depends(get_ctx),
     user: Principal = Depends(get_principal),
 ) -> dict:
     access.require(user, "task.submit", doc_tenant(doc))
-    with ctx.db.transaction() as session:
-        row = task_service.submit(ctx, session, _strip_kind(doc), user.name)
-        return task_service.task_dict(session, row)
+    body, replayed = idempotency.submit(ctx, _strip_kind(doc), user_id=user.user_id, actor=user.name, key=idempotency_key)
+    if replayed:
+        response.status_code = 200
+        response.headers[idempotency.REPLAYED_HEADER] = "true"
+    return body
 
 
 @router.get("", summary="List tasks, newest first")

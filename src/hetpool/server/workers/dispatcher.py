@@ -15,6 +15,7 @@ from sqlalchemy import select
 from hetpool.backends.base import JobHandle, LaunchRequest, WorkerLaunch
 from hetpool.core.states import TaskState
 from hetpool.server.db.models import TaskRow
+from hetpool.server.leader import check_fence
 from hetpool.server.services import tasks as task_service
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.inventory import load_inventory
@@ -73,6 +74,7 @@ def dispatch_once(ctx: ServiceContext) -> int:
             log.exception("dispatch of %s failed", task_id)
             handle, error = None, f"dispatch to {backend_kind} failed: {exc}"
         with ctx.db.transaction() as session:
+            check_fence(session)  # a replica that lost the lease records nothing; the new leader adopts the job by its name
             row = task_service.get_row(session, task_id, for_update=True)
             if row.attempt != attempt or row.state != TaskState.ADMITTED.value:
                 if handle is not None and row.attempt == attempt and row.state == TaskState.CANCELLED.value:

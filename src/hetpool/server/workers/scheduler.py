@@ -7,12 +7,14 @@ explanations, each guarded by the task's state).
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from hetpool.core.governance import APPROVED_OVER_QUOTA_LABEL
 from hetpool.core.states import TaskState
 from hetpool.scheduling.cycle import CycleResult, QueuedTask, run_cycle
 from hetpool.server.db.models import PlacementRow, TaskRow
+from hetpool.server.db.models_idempotency import SchedulerEpochRow
+from hetpool.server.leader import check_fence
 from hetpool.server.services import tasks as task_service
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.inventory import load_inventory
@@ -43,6 +45,9 @@ def schedule_once(ctx: ServiceContext) -> CycleResult | None:
     now = ctx.clock.now()
     # load
     with ctx.db.transaction() as session:
+        # Read first: whatever another scheduler commits after this read bumps the epoch,
+        # so usage loaded below is never newer than the epoch we will compare against.
+        epoch = session.execute(select(SchedulerEpochRow.epoch).where(SchedulerEpochRow.id == 1)).scalar_one()
         rows = session.execute(select(TaskRow).where(TaskRow.state == TaskState.QUEUED.value)).scalars().all()
         if not rows:
             return None
@@ -67,6 +72,7 @@ def schedule_once(ctx: ServiceContext) -> CycleResult | None:
         book = quota_book(inv, running) if inv.quotas else None
     for task_id, error in invalid:
         with ctx.db.transaction() as session:
+            check_fence(session)
             stale = task_service.get_row(session, task_id)
             if stale.state == TaskState.QUEUED.value:
                 task_service.transition(ctx, session, stale, TaskState.FAILED, actor=ACTOR, message=f"spec no longer valid: {error}")
@@ -76,6 +82,11 @@ def schedule_once(ctx: ServiceContext) -> CycleResult | None:
     )
     # apply
     with ctx.db.transaction() as session:
+        check_fence(session)  # a replica that lost the lease since its load applies nothing
+        if any(d.admit or d.victims for d in result.decisions) and not _claim_epoch(session, epoch):
+            # Another replica admitted since our load: our usage and free devices are stale.
+            # Apply nothing; the next pass decides again from fresh data.
+            return result
         for decision in result.decisions:
             row = session.get(TaskRow, decision.task_id)
             if row is None or row.state != TaskState.QUEUED.value:
@@ -124,6 +135,14 @@ def schedule_once(ctx: ServiceContext) -> CycleResult | None:
                 preempt_reason=None,
             )
     return result
+
+
+def _claim_epoch(session, loaded: int) -> bool:
+    """Compare-and-set the scheduler epoch. The UPDATE holds the row lock (PostgreSQL) or
+    the database write lock (SQLite) until commit,
+    so cycles apply one at a time, and only from the state they were computed on."""
+    bumped = session.execute(update(SchedulerEpochRow).where(SchedulerEpochRow.id == 1, SchedulerEpochRow.epoch == loaded).values(epoch=loaded + 1))
+    return bumped.rowcount == 1
 
 
 def _request_preemption(ctx: ServiceContext, session, victim_id: str, preemptor_id: str, reason: str) -> None:

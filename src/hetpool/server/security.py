@@ -1,0 +1,98 @@
+"""HTTP hardening installed on the app: request size limits (also for chunked bodies),
+CORS (closed unless origins are configured), per-token rate limits, and the JSON error
+shape ({code, message}) for the framework's own 404 / 405 answers."""
+
+from __future__ import annotations
+
+import json
+
+from fastapi import FastAPI, Request
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from hetpool.server.ratelimit import RateLimitMiddleware
+
+_HTTP_CODES = {400: "bad_request", 401: "unauthorized", 403: "permission_denied", 404: "not_found", 405: "method_not_allowed", 413: "too_large"}
+
+
+async def _send_json(send, status: int, content: dict) -> None:
+    body = json.dumps(content).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+class BodyLimitMiddleware:
+    """Refuse bodies over `max_bytes` with 413. A declared Content-Length is checked before
+    reading anything (the server itself refuses bodies longer than they declare); a body
+    without one (Transfer-Encoding: chunked) is read up to the limit and refused as soon as
+    it passes it, so a client cannot stream gigabytes into memory by leaving the length out."""
+
+    def __init__(self, app, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    def _too_large(self) -> dict:
+        return {"code": "too_large", "message": f"request body over {self.max_bytes} bytes (server setting max_request_bytes)"}
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        length = dict(scope.get("headers", ())).get(b"content-length")
+        if length is not None:
+            if not length.isdigit():
+                return await _send_json(send, 400, {"code": "bad_request", "message": "Content-Length: not a number of bytes"})
+            if int(length) > self.max_bytes:
+                return await _send_json(send, 413, self._too_large())
+            return await self.app(scope, receive, send)
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                return await _send_json(send, 413, self._too_large())
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        pending = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
+
+        async def replay():
+            return pending.pop() if pending else await receive()  # afterwards: disconnect notices
+
+        await self.app(scope, replay, send)
+
+
+def cors_origins(text: str) -> list[str]:
+    return [o.strip().rstrip("/") for o in text.split(",") if o.strip()]
+
+
+def install(app: FastAPI, settings) -> None:
+    # Middlewares wrap in reverse order of adding: CORS answers preflights first, then the
+    # rate limit refuses a flood before any body is read, then the size limit.
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_request_bytes)
+    app.add_middleware(RateLimitMiddleware, rate_per_s=settings.rate_limit_per_s, burst=settings.rate_limit_burst)
+    origins = cors_origins(settings.cors_origins)
+    if origins:  # closed by default: without origins no Access-Control-* header is ever sent
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=origins,
+            allow_methods=["GET", "POST", "PUT", "DELETE"],
+            allow_headers=["Authorization", "Content-Type", "Idempotency-Key", "X-Request-ID"],
+            allow_credentials=False,  # bearer tokens, not cookies
+            max_age=600,
+        )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = _HTTP_CODES.get(exc.status_code, "http_error")
+        message = exc.detail if isinstance(exc.detail, str) and exc.detail else code.replace("_", " ")
+        return JSONResponse(status_code=exc.status_code, content={"code": code, "message": message}, headers=getattr(exc, "headers", None))
