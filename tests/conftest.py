@@ -44,6 +44,11 @@ SHARED_ENGINE_MODULES = {
 }
 
 
+# tryfirst: xdist's worker hook turns the mark into the `@group` node-id suffix that
+# --dist loadgroup schedules by, so the mark must be on the item before that hook runs.
+# pytest 9.2 moved the node id to `_id`, which xdist 3.8 does not set: pyproject pins
+# pytest < 9.2 and test_xdist_grouping.py fails if the suffix goes missing again.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
         if Path(str(item.fspath)).name in SHARED_ENGINE_MODULES:
