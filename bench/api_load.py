@@ -45,13 +45,16 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
 
 
-def start_server(database_url: str, workers: bool, data_dir: Path) -> tuple[subprocess.Popen, str, str]:
+def start_server(database_url: str, workers: bool, data_dir: Path, name: str = "server") -> tuple[subprocess.Popen, str, str]:
     port = free_port()
-    log = data_dir / "server.log"
+    log = data_dir / f"{name}.log"
     cmd = [sys.executable, "-m", "hetpool.cli.main", "up", "--demo", "--port", str(port), "--data-dir", str(data_dir), "--database-url", database_url]
     cmd.append("--workers" if workers else "--no-workers")
     with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        # One admin token drives every client: the per-token rate limit (100/s by default)
+        # would cap the figure, so it is off here; the report says so.
+        env = {**os.environ, "HETPOOL_RATE_LIMIT_PER_S": "0"}
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -63,9 +66,7 @@ def start_server(database_url: str, workers: bool, data_dir: Path) -> tuple[subp
     else:
         raise SystemExit("server did not start:\n" + log.read_text())
     match = re.search(r"(hp_[A-Za-z0-9_-]{20,})", log.read_text())
-    if not match:
-        raise SystemExit("no admin token in the server log (is the database fresh?)")
-    return proc, url, match.group(1)
+    return proc, url, match.group(1) if match else ""
 
 
 def task_body(i: int) -> dict:
@@ -78,7 +79,7 @@ def task_body(i: int) -> dict:
     }
 
 
-async def run_load(url: str, token: str, duration: float, clients: int, readers: int) -> dict:
+async def run_load(urls: list[str], token: str, duration: float, clients: int, readers: int) -> dict:
     headers = {"Authorization": f"Bearer {token}"}
     limits = httpx.Limits(max_connections=clients + readers + 4, max_keepalive_connections=clients + readers + 4)
     submit_ms: list[float] = []
@@ -87,9 +88,12 @@ async def run_load(url: str, token: str, duration: float, clients: int, readers:
     counter = iter(range(10**9))
     end = time.perf_counter() + duration
 
-    async with httpx.AsyncClient(base_url=url, headers=headers, limits=limits, timeout=30) as client:
+    # One client (connection pool) per replica; submitters and readers are spread over them
+    # round-robin, the way a load balancer in front of the replicas would.
+    pools = [httpx.AsyncClient(base_url=url, headers=headers, limits=limits, timeout=30) for url in urls]
+    try:
 
-        async def submitter() -> None:
+        async def submitter(client: httpx.AsyncClient) -> None:
             while time.perf_counter() < end:
                 t0 = time.perf_counter()
                 response = await client.post("/api/v1/tasks", json=task_body(next(counter)))
@@ -100,7 +104,7 @@ async def run_load(url: str, token: str, duration: float, clients: int, readers:
                     key = f"submit {response.status_code}"
                     errors[key] = errors.get(key, 0) + 1
 
-        async def reader() -> None:
+        async def reader(client: httpx.AsyncClient) -> None:
             paths = ["/api/v1/tasks?limit=50", "/api/v1/stats/capacity", "/api/v1/stats/workload?window=24h"]
             i = 0
             while time.perf_counter() < end:
@@ -113,8 +117,11 @@ async def run_load(url: str, token: str, duration: float, clients: int, readers:
                     errors[f"read {response.status_code}"] = errors.get(f"read {response.status_code}", 0) + 1
 
         started = time.perf_counter()
-        await asyncio.gather(*[submitter() for _ in range(clients)], *[reader() for _ in range(readers)])
+        await asyncio.gather(*[submitter(pools[i % len(pools)]) for i in range(clients)], *[reader(pools[i % len(pools)]) for i in range(readers)])
         wall = time.perf_counter() - started
+    finally:
+        for pool in pools:
+            await pool.aclose()
     return {
         "wall_s": round(wall, 2),
         "submitted": len(submit_ms),
@@ -133,6 +140,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--readers", type=int, default=2)
     parser.add_argument("--database-url", default="", help="default: a throwaway PostgreSQL from deploy/postgres.sh on port 55520")
+    parser.add_argument("--replicas", type=int, default=1, help="hetpool server processes on the one database, clients spread over them")
     parser.add_argument("--no-workers", action="store_true", help="measure the API alone (no scheduler / dispatcher in the server)")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "api_load.json")
     args = parser.parse_args()
@@ -148,12 +156,24 @@ def main() -> None:
         database_url = args.database_url
     data_dir = Path(f"/tmp/hetpool-api-load-{os.getpid()}")
     data_dir.mkdir(parents=True, exist_ok=True)
-    proc, url, token = start_server(database_url, not args.no_workers, data_dir)
+    # The first replica creates the schema and the demo inventory and prints the admin
+    # token; the others join the same database (leader election picks one to schedule).
+    procs, urls = [], []
+    token = ""
     try:
-        result = asyncio.run(run_load(url, token, args.duration, args.clients, args.readers))
+        for n in range(args.replicas):
+            proc, url, printed = start_server(database_url, not args.no_workers, data_dir, name=f"replica-{n}")
+            procs.append(proc)
+            urls.append(url)
+            token = token or printed
+        if not token:
+            raise SystemExit("no admin token in the first replica's log (is the database fresh?)")
+        result = asyncio.run(run_load(urls, token, args.duration, args.clients, args.readers))
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(20)
+        for proc in procs:
+            os.killpg(proc.pid, signal.SIGTERM)
+        for proc in procs:
+            proc.wait(20)
         subprocess.run(["pkill", "-f", str(data_dir)], capture_output=True)  # the local backend's sleeping runners
         if own_pg:
             subprocess.run([str(REPO / "deploy" / "postgres.sh"), "stop"], env=env, capture_output=True)
@@ -162,9 +182,11 @@ def main() -> None:
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
         "database": "postgresql",
         "server_workers": not args.no_workers,
+        "replicas": args.replicas,
         "clients": args.clients,
         "readers": args.readers,
         "duration_s": args.duration,
+        "rate_limit": "off (one token drives every client)",
         **result,
         "target": {"submissions_per_s": 300, "p99_ms": 200},
     }

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from pydantic import BaseModel
@@ -70,8 +71,9 @@ def check_task_labels(spec: TaskSpec) -> None:
             raise SpecError(f"labels: {label!r} is set by the server when a task is approved; remove it", details=[{"loc": "labels", "msg": label}])
 
 
-def evaluate_task(ctx: ServiceContext, session: Session, inv: Inventory, snap: Snapshot, spec: TaskSpec) -> ApprovalVerdict:
-    """Does this task need approval, and why. Looks facts up only for the rules that apply."""
+def evaluate_task(ctx: ServiceContext, session: Session, inv: Inventory, snap: Snapshot | Callable[[], Snapshot], spec: TaskSpec) -> ApprovalVerdict:
+    """Does this task need approval, and why. Looks facts up only for the rules that apply
+    (`snap` may be a function that builds the snapshot, called only when a rule needs it)."""
     policies = policies_for(_policies(inv), spec.tenant)
     if not policies:
         return ApprovalVerdict()
@@ -82,6 +84,7 @@ def evaluate_task(ctx: ServiceContext, session: Session, inv: Inventory, snap: S
     if FACT_BUDGET in needs:
         facts["budget"] = cost_service.budget_exceeded(ctx, session, inv, spec.tenant)
     if FACT_RESERVED_POOLS in needs:
+        snap = snap() if callable(snap) else snap
         facts["reserved_pools"] = reserved_pools_for(snap, spec, ctx.compat.check, placement_options(inv, spec)["allowed_pools"])
     return evaluate(policies, ApprovalContext.for_task(spec, **facts))
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select, text
+from sqlalchemy import func, select, text, update
 from sqlalchemy.orm import Session
 
 from hetpool.core.errors import SpecError
@@ -59,8 +59,11 @@ def record(
     # given here, one past both the head and the highest id, so they are never reused
     # (SQLite would reuse a deleted last id) and have no gaps (a PostgreSQL sequence
     # skips on rollback): a gap in the trail is then always a deletion.
-    head = session.get(AuditHeadRow, 1)
-    top = session.execute(select(func.max(AuditEventRow.id))).scalar() or 0
+    # One round trip for both: this runs under the chain's lock on every audited write.
+    top_id = select(func.max(AuditEventRow.id)).scalar_subquery()
+    found = session.execute(select(AuditHeadRow.last_id, AuditHeadRow.hash, top_id).where(AuditHeadRow.id == 1)).first()
+    head = ChainHead(found[0], found[1]) if found else None
+    top = (found[2] if found else session.execute(select(func.max(AuditEventRow.id))).scalar()) or 0
     last = head.hash if head else session.execute(select(AuditEventRow.hash).where(AuditEventRow.id == top)).scalar()
     row = AuditEventRow(
         id=max(top, head.last_id if head else 0) + 1,
@@ -79,8 +82,10 @@ def record(
     session.flush()
     if head is None:
         session.add(AuditHeadRow(id=1, last_id=row.id, hash=row.hash))
+        session.flush()
     else:
-        head.last_id, head.hash = row.id, row.hash
+        move_head = update(AuditHeadRow).where(AuditHeadRow.id == 1).values(last_id=row.id, hash=row.hash)
+        session.execute(move_head.execution_options(synchronize_session=False))
     return row
 
 

@@ -9,6 +9,7 @@ import hmac
 import secrets
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -18,7 +19,7 @@ from sqlalchemy.orm import Session
 from hetpool.governance.access import GLOBAL_ROLES, Binding
 from hetpool.server.db.models import ApiTokenRow, UserRow
 from hetpool.server.db.models_access import RoleBindingRow, TokenUseRow
-from hetpool.server.services import audit
+from hetpool.server.services import audit, auth_cache
 
 TOKEN_PREFIX = "hp_"
 ADMIN_USER = "admin"
@@ -140,6 +141,11 @@ def resolve(session: Session, token: str, now: datetime, settings=None, *, sourc
     if looks_like_jwt(token):
         return _resolve_oidc(session, token, now, settings, source=source)
     digest = hash_token(token)
+    cached = auth_cache.lookup(session, digest, now)
+    if cached is not None:
+        if not _noted_lately(session, cached.token_id, now) and _note_use(session, cached.token_id, now):
+            _audit_use(session, cached.principal.name, cached.token_id, cached.label, source, now)
+        return cached.principal
     row = session.execute(select(ApiTokenRow).where(ApiTokenRow.token_hash == digest)).scalar_one_or_none()
     if row is None or not hmac.compare_digest(row.token_hash, digest):
         raise AuthFailure("invalid", "invalid token (unknown to this server)")
@@ -150,17 +156,23 @@ def resolve(session: Session, token: str, now: datetime, settings=None, *, sourc
             "expired", f"token expired at {_aware(row.expires_at).isoformat()}; create a new one (hetpool tokens create)", token_id=row.id
         )
     user = session.get(UserRow, row.user_id)
-    if _note_use(session, row.id, now):
-        audit.record(
-            session,
-            actor=user.name,
-            action="token.use",
-            object_kind="ApiToken",
-            object_id=str(row.id),
-            after={"label": row.label, **({"source": source} if source else {})},
-            ts=now,
-        )
-    return principal_for(session, user, token_id=row.id)
+    if not _noted_lately(session, row.id, now) and _note_use(session, row.id, now):
+        _audit_use(session, user.name, row.id, row.label, source, now)
+    principal = principal_for(session, user, token_id=row.id)
+    auth_cache.store(session, digest, principal, row.id, row.label, _aware(row.expires_at) if row.expires_at is not None else None)
+    return principal
+
+
+def _audit_use(session: Session, user: str, token_id: int, label: str, source: str, now: datetime) -> None:
+    audit.record(
+        session,
+        actor=user,
+        action="token.use",
+        object_kind="ApiToken",
+        object_id=str(token_id),
+        after={"label": label, **({"source": source} if source else {})},
+        ts=now,
+    )
 
 
 def authenticate(session: Session, token: str, now: datetime) -> Principal | None:
@@ -180,6 +192,26 @@ def _insert_use(session: Session, token_id: int, now: datetime) -> bool:
     stmt = insert(TokenUseRow).values(token_id=token_id, last_used_at=now, audited_at=now).on_conflict_do_nothing(index_elements=["token_id"])
     # RETURNING, not rowcount: psycopg reports -1 for an INSERT … ON CONFLICT through SQLAlchemy.
     return session.execute(stmt.returning(TokenUseRow.token_id)).scalar() is not None
+
+
+# Per database engine: token id -> when this process last noted a use of it. Within
+# LAST_USED_RESOLUTION of that there is nothing to write (last_used_at is kept to the
+# minute, token.use audited hourly), so the two queries of _note_use are skipped: under
+# load every request of a busy token would otherwise read and conditionally update its row.
+_NOTED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_NOTED_LOCK = threading.Lock()
+
+
+def _noted_lately(session: Session, token_id: int, now: datetime) -> bool:
+    bind = session.get_bind()
+    engine = getattr(bind, "engine", bind)
+    with _NOTED_LOCK:
+        seen = _NOTED.setdefault(engine, {})
+        last = seen.get(token_id)
+        if last is not None and last <= now < last + LAST_USED_RESOLUTION:
+            return True
+        seen[token_id] = now
+    return False
 
 
 def _note_use(session: Session, token_id: int, now: datetime) -> bool:

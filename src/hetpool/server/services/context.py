@@ -27,6 +27,13 @@ class ServiceContext:
         return DeviceCatalog.builtin()
 
     @cached_property
+    def hot_path(self):
+        """The submit path's per-process caches (services/hot_path.py)."""
+        from hetpool.server.services.hot_path import HotPathCache
+
+        return HotPathCache()
+
+    @cached_property
     def compat(self) -> CompatibilityKB:
         kb = CompatibilityKB.builtin()
         if self.settings.compat_overrides:

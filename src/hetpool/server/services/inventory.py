@@ -57,6 +57,8 @@ class Inventory:
         return {name: t.weight for name, t in self.tenants.items()}
 
     def by_kind(self, kind: str) -> dict[str, BaseModel]:
+        if kind == "DeviceModel":  # built on demand: listing the catalog is not free
+            return {m.name: m for m in self.catalog.all()}
         known = {
             "Cluster": self.clusters,
             "Node": self.nodes,
@@ -66,7 +68,6 @@ class Inventory:
             "Queue": self.queues,
             "SchedulingPolicy": self.policies,
             "Quota": self.quotas,
-            "DeviceModel": {m.name: m for m in self.catalog.all()},
         }
         return known[kind] if kind in known else self.governance.setdefault(kind, {})
 

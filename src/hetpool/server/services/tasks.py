@@ -186,10 +186,11 @@ def plan(ctx: ServiceContext, session: Session, raw: dict) -> dict:
 
 
 def submit(ctx: ServiceContext, session: Session, raw: dict, actor: str) -> TaskRow:
-    inv = load_inventory(ctx, session)
+    from hetpool.server.services.hot_path import cached_inventory, idle_snapshot
+
+    inv, inventory_key = cached_inventory(ctx.hot_path, ctx, session)
     spec = resolve_task_spec(inv, raw)
-    snap = current_snapshot(ctx, session, inv)
-    idle = assign(snap.emptied(), spec, ctx.compat.check, **placement_options(inv, spec))
+    idle = assign(idle_snapshot(ctx.hot_path, session, inv, inventory_key), spec, ctx.compat.check, **placement_options(inv, spec))
     if not idle.feasible:
         info = explanation(idle, False)
         raise UnschedulableError(
@@ -203,7 +204,8 @@ def submit(ctx: ServiceContext, session: Session, raw: dict, actor: str) -> Task
     if stop:
         raise BudgetExceededError(f"task {spec.name!r} refused: {stop}", details=[{"loc": "tenant", "msg": stop}])
     approvals.check_task_labels(spec)
-    verdict = approvals.evaluate_task(ctx, session, inv, snap, spec)
+    # Only a reserved-pool rule needs the live snapshot (allocations included): build it then.
+    verdict = approvals.evaluate_task(ctx, session, inv, lambda: current_snapshot(ctx, session, inv), spec)
     state = TaskState.PENDING_APPROVAL if verdict.needed else TaskState.QUEUED
     now = ctx.clock.now()
     row = TaskRow(
