@@ -169,13 +169,13 @@ class HetpoolCollector:
 
     def _from_database(self):
         from hetpool.server.services import stats
-        from hetpool.server.services.inventory import load_inventory
+        from hetpool.server.services.hot_path import read_inventory
         from hetpool.server.services.tasks import current_snapshot
 
         ctx = self.ctx
         now = ctx.clock.now()
         with ctx.db.transaction() as session:
-            inv = load_inventory(ctx, session)
+            inv = read_inventory(ctx, session)
             snap = current_snapshot(ctx, session, inv)
             pools = stats.pool_rows(snap)
             waiting = stats.waiting_tasks(ctx, session, inv, snap, None, now)

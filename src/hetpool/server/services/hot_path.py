@@ -93,3 +93,8 @@ def idle_snapshot(cache: HotPathCache, session: Session, inv: Inventory, invento
     with cache.lock:
         cache.idle, cache.idle_key = snap, key
     return snap.emptied()
+
+
+def read_inventory(ctx, session: Session) -> Inventory:
+    """The inventory for a read-only caller (stats, plan, /metrics), from the cache."""
+    return cached_inventory(ctx.hot_path, ctx, session)[0]

@@ -40,7 +40,8 @@ from hetpool.scheduling.queueing import route
 from hetpool.scheduling.snapshot import Snapshot
 from hetpool.server.db.models import ConnectorSyncRow, NodeStatusRow, PlacementRow, TaskRow
 from hetpool.server.services.context import ServiceContext
-from hetpool.server.services.inventory import Inventory, load_inventory
+from hetpool.server.services.hot_path import read_inventory
+from hetpool.server.services.inventory import Inventory
 
 WINDOWS = {"24h": timedelta(hours=24), "7d": timedelta(days=7)}
 DEVICE_STATES = ("busy", "idle", "abnormal", "offline")
@@ -172,7 +173,7 @@ def capacity(ctx: ServiceContext, session: Session) -> dict:
     """Devices per pool and class by status, nodes needing attention, backend health."""
     from hetpool.server.services.tasks import current_snapshot
 
-    inv = load_inventory(ctx, session)
+    inv = read_inventory(ctx, session)
     snap = current_snapshot(ctx, session, inv)
     pools = pool_rows(snap)
     classes = class_rows(pools)
@@ -396,7 +397,7 @@ def workload(ctx: ServiceContext, session: Session, scopes: list[str] | None, wi
 
     now = ctx.clock.now()
     since = now - WINDOWS[window]
-    inv = load_inventory(ctx, session)
+    inv = read_inventory(ctx, session)
     snap = current_snapshot(ctx, session, inv)
     waiting = waiting_tasks(ctx, session, inv, snap, scopes, now)
     admitted = _admissions(session, scopes, since)

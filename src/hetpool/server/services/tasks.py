@@ -168,9 +168,10 @@ def backend_fit(inv: Inventory, spec: TaskSpec, placements) -> dict:
 
 
 def plan(ctx: ServiceContext, session: Session, raw: dict) -> dict:
+    from hetpool.server.services.hot_path import read_inventory
     from hetpool.server.services.sched_state import learned_runtimes, plan_estimate, with_runtime
 
-    inv = load_inventory(ctx, session)
+    inv = read_inventory(ctx, session)
     spec = resolve_task_spec(inv, raw)
     snap = current_snapshot(ctx, session, inv)
     # Estimates use the template's learned runtime when the task gives none, as the

@@ -51,6 +51,7 @@ def schedule_once(ctx: ServiceContext) -> CycleResult | None:
         rows = session.execute(select(TaskRow).where(TaskRow.state == TaskState.QUEUED.value)).scalars().all()
         if not rows:
             return None
+        shown = {row.id: row.pending_explanation for row in rows}  # what each task already says
         inv = load_inventory(ctx, session)
         measured = measured_performance(session, inv)
         inv = apply_measured(inv, measured)
@@ -87,10 +88,14 @@ def schedule_once(ctx: ServiceContext) -> CycleResult | None:
             # Another replica admitted since our load: our usage and free devices are stale.
             # Apply nothing; the next pass decides again from fresh data.
             return result
+        # Most decisions of a long queue are "still waiting, for the same reason": those
+        # need no write, and the rest are read in one query rather than one each.
+        touched = [d.task_id for d in result.decisions if d.admit or d.victims or shown.get(d.task_id) != {**d.explanation, "queue": d.queue}]
+        current = _rows_by_id(session, touched)
         for decision in result.decisions:
-            row = session.get(TaskRow, decision.task_id)
+            row = current.get(decision.task_id)
             if row is None or row.state != TaskState.QUEUED.value:
-                continue  # cancelled meanwhile
+                continue  # unchanged, or cancelled meanwhile
             attempts = [a.to_dict() for a in decision.assignment.attempts]
             for victim_id in decision.victims:
                 _request_preemption(ctx, session, victim_id, decision.task_id, decision.preemption_reason)
@@ -135,6 +140,14 @@ def schedule_once(ctx: ServiceContext) -> CycleResult | None:
                 preempt_reason=None,
             )
     return result
+
+
+def _rows_by_id(session, task_ids: list[str], chunk: int = 500) -> dict[str, TaskRow]:
+    rows = {}
+    for start in range(0, len(task_ids), chunk):
+        part = task_ids[start : start + chunk]
+        rows.update((row.id, row) for row in session.execute(select(TaskRow).where(TaskRow.id.in_(part))).scalars())
+    return rows
 
 
 def _claim_epoch(session, loaded: int) -> bool:
