@@ -31,6 +31,7 @@ from pathlib import Path
 import httpx
 
 REPO = Path(__file__).resolve().parents[1]
+DEFAULT_OUT = REPO / "bench" / "results" / "api_load.json"
 PG_ENV = {"HETPOOL_PG_PORT": "55520", "HETPOOL_PG_DIR": "/tmp/hetpool-pg-bench"}
 
 
@@ -142,7 +143,7 @@ def main() -> None:
     parser.add_argument("--database-url", default="", help="default: a throwaway PostgreSQL from deploy/postgres.sh on port 55520")
     parser.add_argument("--replicas", type=int, default=1, help="hetpool server processes on the one database, clients spread over them")
     parser.add_argument("--no-workers", action="store_true", help="measure the API alone (no scheduler / dispatcher in the server)")
-    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "api_load.json")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args()
 
     own_pg = not args.database_url
@@ -191,7 +192,7 @@ def main() -> None:
         "target": {"submissions_per_s": 300, "p99_ms": 200},
     }
     print(json.dumps(report, indent=2))
-    out = args.out if not args.no_workers else args.out.with_name("api_load_no_workers.json")
+    out = args.out.with_name("api_load_no_workers.json") if args.no_workers and args.out == DEFAULT_OUT else args.out
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"saved {out}")
