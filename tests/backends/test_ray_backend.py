@@ -233,11 +233,13 @@ def test_pending_too_long_is_never_fit_and_pending_jobs_can_be_cancelled(tmp_pat
     again = RayBackend(config, CATALOG, tmp_path / "ray").poll([handle, other])
     assert again[handle.job_id] == status and again[other.job_id].phase is JobPhase.CANCELLED
     assert backend.logs(handle).complete
-    # Pinned to a node that lacks the resource, Ray refuses the job as infeasible at once.
-    pinned = RayBackend({**config, "pin_nodes": "true"}, CATALOG, tmp_path / "ray")
+    # Pinned to a node that lacks the resource, Ray refuses the job as infeasible at once. A
+    # long pending timeout here: on a loaded machine Ray's refusal can take over a second, and
+    # the 1 s timeout above would then answer first with the other message.
+    pinned = RayBackend({**config, "pin_nodes": "true", "pending_timeout_s": "60"}, CATALOG, tmp_path / "ray")
     monkeypatch.setattr(pinned, "_check_fit", lambda *args: None)
     refused = pinned.submit(_request("echo never", [worker]))
-    status = wait_phase(pinned, refused, {JobPhase.FAILED, JobPhase.SUCCEEDED}, 15)
+    status = wait_phase(pinned, refused, {JobPhase.FAILED, JobPhase.SUCCEEDED}, 45)
     assert status.phase is JobPhase.FAILED and status.message.startswith("never fit: worker rank 0 was never started by Ray"), status
 
 
