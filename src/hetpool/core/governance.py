@@ -43,7 +43,12 @@ class ApprovalPolicySpec(ObjectSpec):
     max_runtime: str | None = Field(default=None, description="tasks whose runtime estimate or max_runtime is longer need approval")
     environments: list[Environment] = Field(default=[], description="tasks in these environments need approval (e.g. [prod])")
     budget_exceeded: bool = Field(default=True, description="a task of a tenant over its budget needs approval")
-    quota_changes: bool = Field(default=True, description="Quota changes applied by non-platform-admins need approval")
+    quota_changes: bool = Field(default=True, description="Quota changes and deletes by non-platform-admins need approval")
+    governance_changes: bool = Field(
+        default=False,
+        description="deleting or loosening a Budget or ApprovalPolicy of the tenant needs a second platform-admin's approval"
+        " (off by default: a lone platform-admin has nobody to ask)",
+    )
     approvers: list[str] = Field(default=[], description="users who may approve, besides tenant-admins up the tree")
     expire_after: str = Field(default="24h", description="requests not decided in time expire (the task never runs)")
 
