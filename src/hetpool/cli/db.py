@@ -79,6 +79,7 @@ def _fmt(revs: list[str]) -> str:
 
 def upgrade(config: Path | None = ConfigOpt, data_dir: Path | None = DataDirOpt, database_url: str | None = UrlOpt) -> None:
     """Apply all pending migrations (Alembic, to every head); safe to run again."""
+    from hetpool.core.errors import HetpoolError
     from hetpool.server.config_file import mask_url
     from hetpool.server.db.session import migrate
 
@@ -89,7 +90,11 @@ def upgrade(config: Path | None = ConfigOpt, data_dir: Path | None = DataDirOpt,
     before, heads = revisions(engine)
     console.print(f"database {mask_url(url)}", highlight=False)
     console.print(f"before: {_fmt(before)}", highlight=False)
-    migrate(engine)
+    try:
+        migrate(engine)
+    except HetpoolError as exc:  # a migration that refuses to run says what to fix
+        engine.dispose()
+        fail(exc.message)
     after, _ = revisions(engine)
     console.print(f"after:  {_fmt(after)}", highlight=False)
     console.print("already up to date" if before == after else f"upgraded to {len(heads)} head(s)")

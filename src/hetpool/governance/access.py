@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from hetpool.core.specs import SPEC_KINDS
 from hetpool.core.tenancy import validate_tenant_path
 
 ACTIONS = (
@@ -123,6 +124,18 @@ def scopes_for(bindings: Iterable[Binding], action: str) -> list[str] | None:
     return sorted(r for r in roots if not any(other != r and covers(other, r) for other in roots))
 
 
+def sees_governing(bindings: Iterable[Binding], action: str, tenant: str | None) -> bool:
+    """May holders of `bindings` (who may do `action`) see an object that governs `tenant`
+    (its Quota, Budget, policies, the Tenant itself)? Yes inside a subtree where `action`
+    is allowed, and for an ancestor of such a subtree, whose quota, budget and policies
+    bind the caller's tasks too (quota usage and budget status show those already). An
+    object without a tenant applies to everyone. Not a sibling's or another org's."""
+    scopes = scopes_for(bindings, action)
+    if scopes is None or (tenant is None and scopes):
+        return True
+    return tenant is not None and any(covers(s, tenant) or covers(tenant, s) for s in scopes)
+
+
 def holds(bindings: Iterable[Binding], role: str, tenant: str | None = None) -> bool:
     """Does some binding of `role` (or platform-admin, which holds every role) reach `tenant`?"""
     return any((b.role == role or b.role == "platform-admin") and (tenant is None or covers(b.tenant, tenant)) for b in bindings)
@@ -161,3 +174,22 @@ KIND_ACTIONS: dict[str, tuple[str, str | None]] = {
 def write_action(kind: str) -> tuple[str, str | None]:
     """(action, tenant field or None) for applying or deleting an object of `kind`."""
     return KIND_ACTIONS.get(kind, ("inventory.write", None))
+
+
+# Kinds whose objects belong to a tenant, and the field naming it (a Tenant is its own path).
+# Derived from the specs, so a new kind with a `tenant` field is filtered (and walked by
+# tests/server/test_role_walk.py) without anyone remembering to list it. Tasks have their
+# own endpoints and rules.
+TENANT_FIELD_OF_KIND: dict[str, str] = {
+    "Tenant": "name",
+    **{kind: "tenant" for kind, model in SPEC_KINDS.items() if "tenant" in model.model_fields and kind != "Task"},
+}
+
+
+def object_tenant(kind: str, spec: object) -> tuple[bool, str | None]:
+    """(whether `kind` is tenant-scoped, the tenant `spec` — a spec or its document —
+    belongs to, or None for an object that applies to every tenant)."""
+    field = TENANT_FIELD_OF_KIND.get(kind)
+    if field is None:
+        return False, None
+    return True, spec.get(field) if isinstance(spec, dict) else getattr(spec, field, None)

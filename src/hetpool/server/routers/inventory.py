@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Response
-from fastapi.responses import JSONResponse
 
-from hetpool.core.errors import SpecError
+from hetpool.core.errors import ConflictError, NotFoundError, SpecError
 from hetpool.core.specs import parse_documents, resolve_kind
 from hetpool.governance.access import write_action
 from hetpool.server.deps import get_ctx, get_principal
@@ -25,12 +24,19 @@ def require_write(user: Principal, inv: inventory_service.Inventory | None, kind
     """Applying or deleting shapes the shared platform (inventory.write, platform-admin);
     Quotas (quota.write) and Budgets (budget.write) are checked on their tenant, both the
     new one and the one the object has now, so an object cannot be moved out of or into
-    a subtree the user does not administer. (Quota changes may then wait for approval.)"""
+    a subtree the user does not administer. (Quota changes may then wait for approval.)
+    `tenant` is None for a delete."""
     action, field = write_action(kind)
     if action == "inventory.write":
         access.require(user, action)
         return
     existing = inv.by_kind(kind).get(name) if inv is not None else None
+    if existing is not None and not access.sees_object(user, kind, existing):
+        # Another tenant's object: deleting it answers as for a name that does not exist;
+        # applying over its name is refused without saying whose it is.
+        if tenant is None:
+            raise NotFoundError(f"{kind} {name!r} not found")
+        raise ConflictError(f"{kind} {name!r}: the name is taken by an object you may not change; choose another name")
     for scope in {tenant, getattr(existing, field, None) if existing is not None else None} - {None}:
         access.require(user, action, scope)
     if tenant is None and existing is None:
@@ -54,7 +60,7 @@ def apply(body: ApplyRequest, ctx: ServiceContext = Depends(get_ctx), user: Prin
         inv = inventory_service.load_inventory(ctx, session) if scoped else None
         for spec in scoped:
             require_write(user, inv, spec.kind, spec.name, getattr(spec, write_action(spec.kind)[1]))
-        specs, held = approval_service.hold_governed_changes(ctx, session, specs, user)  # changes a policy holds for approval
+        specs, held = approval_service.hold_quota_changes(ctx, session, specs, user)  # Quota changes a policy holds for approval
         results = inventory_service.apply_specs(ctx, session, specs, user.name) + held
         for _where, doc in task_docs:
             row = task_service.submit(ctx, session, {k: v for k, v in doc.items() if k != "kind"}, user.name)
@@ -65,32 +71,30 @@ def apply(body: ApplyRequest, ctx: ServiceContext = Depends(get_ctx), user: Prin
 @router.get("/objects/{kind}", summary="List objects of a kind (clusters, nodes, pools, tenants, templates, devicemodels)")
 def list_objects(kind: str, ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get_principal)) -> list[dict]:
     access.require(user, "inventory.read")
+    resolved = resolve_kind(kind)
     with ctx.db.transaction() as session:
-        return inventory_service.list_objects(ctx, session, kind)
+        return [doc for doc in inventory_service.list_objects(ctx, session, kind) if access.sees_object(user, resolved, doc)]
 
 
 @router.get("/objects/{kind}/{name:path}", summary="One object")
 def get_object(kind: str, name: str, ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get_principal)) -> dict:
     access.require(user, "inventory.read")
+    resolved = resolve_kind(kind)
     with ctx.db.transaction() as session:
-        return inventory_service.get_object(ctx, session, kind, name)
+        document = inventory_service.get_object(ctx, session, kind, name)
+    if not access.sees_object(user, resolved, document):
+        raise NotFoundError(f"{resolved} {name!r} not found")  # as for a name that does not exist
+    return document
 
 
-@router.delete(
-    "/objects/{kind}/{name:path}",
-    status_code=204,
-    summary="Delete an object that nothing uses; 202 with the request when an approval policy holds the delete",
-    responses={202: {"description": "held for approval: {kind, name, action, operation, id}"}},
-)
+@router.delete("/objects/{kind}/{name:path}", status_code=204, summary="Delete an object that nothing uses")
 def delete_object(kind: str, name: str, ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get_principal)) -> Response:
     resolved = resolve_kind(kind)
     with ctx.db.transaction() as session:
         writes_inventory = write_action(resolved)[0] == "inventory.write"
         require_write(user, None if writes_inventory else inventory_service.load_inventory(ctx, session), resolved, name)
-        held = approval_service.hold_delete(ctx, session, resolved, name, user)  # deleting loosens: a policy may hold it
-        if held is None:
-            inventory_service.delete_object(ctx, session, kind, name, user.name)
-    return Response(status_code=204) if held is None else JSONResponse(held, status_code=202)
+        inventory_service.delete_object(ctx, session, kind, name, user.name)
+    return Response(status_code=204)
 
 
 @router.get("/pools/{name}/profile", summary="A pool's capability profile: features, device counts by status, task types, frameworks, substitutes")

@@ -24,7 +24,11 @@ class BindingIn(BaseModel):
 
 class UserCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    name: str = Field(min_length=1, max_length=64)
+    # Checked by the users service (USER_NAME_RULE: 1-64 ASCII characters ...), so that a
+    # too long or empty name gets the same 422 naming the rule; this bound only caps the body.
+    name: str = Field(
+        max_length=256, description="1-64 ASCII letters, digits, '.', '_', '@' or '-', starting with a letter or digit; unique ignoring case"
+    )
     bindings: list[BindingIn] = Field(default=[], max_length=200)
 
 

@@ -9,6 +9,10 @@ INTERFACE (used by routers and other services):
   visible_tenants(principal, action="task.read") -> None (everything) or the tenant paths
       whose subtrees it may read ([] for nothing)
   holds_role(principal, role, tenant=None) -> bool (platform-admin holds every role)
+  sees_object(principal, kind, spec_or_document) -> bool: may it read this inventory object?
+      Tenant-scoped kinds (governance.access.TENANT_FIELD_OF_KIND: Tenant, Quota, Budget,
+      ApprovalPolicy, ReclaimPolicy) are filtered to the caller's subtrees and their
+      ancestors; the shared inventory (clusters, nodes, pools, templates ...) is not.
 Actions: see hetpool.governance.access.ACTIONS.
 """
 
@@ -56,3 +60,13 @@ def holds_role(principal: Principal, role: str, tenant: str | None = None) -> bo
     """Does the principal hold `role` on `tenant` (a binding on it or an ancestor)? A
     platform-admin holds every role everywhere."""
     return rules.holds(principal.bindings, role, tenant)
+
+
+def sees_object(principal: Principal, kind: str, spec: object) -> bool:
+    """May the principal read this inventory object (a spec or its document)? Another
+    tenant's quota, budget or policy is hidden like its tasks: lists leave it out and a
+    read of it is 404, so neither its content nor its existence leaks."""
+    scoped, tenant = rules.object_tenant(kind, spec)
+    if not scoped:
+        return rules.allows(principal.bindings, "inventory.read")
+    return rules.sees_governing(principal.bindings, "inventory.read", tenant)

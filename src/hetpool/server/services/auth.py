@@ -42,9 +42,20 @@ class Principal:
             object.__setattr__(self, "bindings", (Binding(self.role, None),))
 
 
+# What every caller refused authentication is told, whatever the reason: telling an
+# unknown token from a revoked or expired one would confirm that a leaked or guessed token
+# was once real (and whose, through the audit of its use). Operators read the reason and
+# the detail in the audit trail (auth.failure).
+UNAUTHORIZED_MESSAGE = (
+    "not authenticated: send 'Authorization: Bearer <token>' with a valid token; "
+    "one that worked before may have expired or been revoked (hetpool tokens create makes a new one)"
+)
+
+
 class AuthFailure(Exception):
     """Authentication refused. `reason` (missing | invalid | expired | revoked | unknown_user)
-    goes into the audit trail; `message` to the caller. Neither contains the token."""
+    and `message` (the detail) go into the audit trail only; the caller gets
+    UNAUTHORIZED_MESSAGE. Neither contains the token."""
 
     def __init__(self, reason: str, message: str, *, token_id: int | None = None, user: str | None = None) -> None:
         super().__init__(message)
@@ -156,6 +167,8 @@ def resolve(session: Session, token: str, now: datetime, settings=None, *, sourc
             "expired", f"token expired at {_aware(row.expires_at).isoformat()}; create a new one (hetpool tokens create)", token_id=row.id
         )
     user = session.get(UserRow, row.user_id)
+    if user is None:  # tokens go with their user; a row left behind by hand still opens nothing
+        raise AuthFailure("unknown_user", "the token's user no longer exists", token_id=row.id)
     if not _noted_lately(session, row.id, now) and _note_use(session, row.id, now):
         _audit_use(session, user.name, row.id, row.label, source, now)
     principal = principal_for(session, user, token_id=row.id)

@@ -27,7 +27,12 @@ from hetpool.server.services.access import require
 from hetpool.server.services.auth import Principal
 from hetpool.server.services.context import ServiceContext
 
-USER_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
+# ASCII only, so that "differs only in case" means the same in Python, SQLite and
+# PostgreSQL (lower() of non-ASCII depends on the database's collation) and no look-alike
+# letters from other scripts pass for a colleague's name. Matched with fullmatch: `$` alone
+# would let a trailing newline through.
+USER_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
+USER_NAME_RULE = "1-64 ASCII letters, digits, '.', '_', '@' or '-', starting with a letter or digit; not anonymous or system"
 RESERVED_NAMES = {"anonymous", "system"}  # audit actors that are not users
 DEFAULT_TOKEN_LIFETIME = "90d"
 MAX_TOKEN_LIFETIME = timedelta(days=3650)
@@ -39,6 +44,8 @@ def _iso(ts: datetime | None) -> str | None:
 
 
 def _user(session: Session, name: str) -> UserRow:
+    # Exact match: a name keeps the case it was created with (`Admin` does not find
+    # `admin`); no two names differ only in case (create_user, and a unique index).
     row = session.execute(select(UserRow).where(UserRow.name == name)).scalar_one_or_none()
     if row is None:
         raise NotFoundError(f"user {name!r} not found")
@@ -91,13 +98,14 @@ def _raise(problems: list[dict]) -> None:
         raise SpecError(f"{first['loc']}: {first['msg']}", details=problems)
 
 
-def check_bindings(ctx: ServiceContext, session: Session, raw: list, *, field: str = "bindings") -> list[Binding]:
-    """Bindings to grant: valid, and on tenants that exist (a typo would grant nothing)."""
+def check_bindings(ctx: ServiceContext, session: Session, actor: Principal, raw: list, *, field: str = "bindings") -> list[Binding]:
+    """Bindings to grant: valid, and on tenants that exist (a typo would grant nothing).
+    The known tenants offered are those the actor may grant on, not every team's."""
     from hetpool.server.services.inventory import load_inventory
 
     out = parse_bindings(raw, field=field)
     tenants = load_inventory(ctx, session).tenants if any(b.tenant for b in out) else {}
-    known = ", ".join(sorted(tenants)) or "none"
+    known = ", ".join(sorted(t for t in tenants if rules.can_grant(actor.bindings, Binding("viewer", t)))) or "none"
     _raise(
         [
             {"loc": f"{field}[{i}].tenant", "msg": f"unknown tenant {b.tenant!r}; known: {known}"}
@@ -142,29 +150,45 @@ def _write_bindings(session: Session, user: UserRow, target: set[Binding], actor
     session.flush()
 
 
+def _visible_bindings(actor: Principal, user: UserRow, bindings: tuple[Binding, ...]) -> tuple[Binding, ...]:
+    """What `actor` may know of `user`'s roles: all of them for itself and a platform-admin,
+    else only those it could have granted (other teams' grants are theirs)."""
+    if actor.user_id == user.id or _is_platform_admin(actor):
+        return bindings
+    return tuple(b for b in bindings if rules.can_grant(actor.bindings, b))
+
+
 def user_dict(session: Session, user: UserRow, actor: Principal | None = None, bindings: tuple[Binding, ...] | None = None) -> dict:
     bindings = auth.load_bindings(session, user.id) if bindings is None else bindings
-    if actor is not None and actor.user_id != user.id and not _is_platform_admin(actor):
-        bindings = tuple(b for b in bindings if rules.can_grant(actor.bindings, b))  # other teams' grants are theirs
-    return {"name": user.name, "role": user.role, "bindings": [b.to_dict() for b in bindings], "created_at": _iso(user.created_at)}
+    role = user.role
+    if actor is not None:
+        shown = _visible_bindings(actor, user, bindings)
+        role = role if shown == bindings else rules.summary_role(shown)  # the stored summary may name a role held elsewhere
+        bindings = shown
+    return {"name": user.name, "role": role, "bindings": [b.to_dict() for b in bindings], "created_at": _iso(user.created_at)}
 
 
 # ----------------------------------------------------------------------------- users
 def create_user(ctx: ServiceContext, session: Session, actor: Principal, name: str, raw_bindings: list) -> dict:
     require(actor, "user.admin")
-    if not isinstance(name, str) or not USER_NAME_RE.match(name) or name in RESERVED_NAMES:
-        raise SpecError(
-            f"name: invalid user name {name!r}: 1-64 letters, digits, '.', '_', '@' or '-', starting with a letter or digit (not anonymous/system)",
-            details=[{"loc": "name", "msg": "invalid user name"}],
-        )
-    bindings = check_bindings(ctx, session, raw_bindings)
+    if not isinstance(name, str) or not USER_NAME_RE.fullmatch(name) or name.lower() in RESERVED_NAMES:
+        raise SpecError(f"name: invalid user name {name!r}: {USER_NAME_RULE}", details=[{"loc": "name", "msg": USER_NAME_RULE}])
+    bindings = check_bindings(ctx, session, actor, raw_bindings)
     if not bindings and not _is_platform_admin(actor):
         raise SpecError("bindings: give at least one role on a tenant you administer", details=[{"loc": "bindings", "msg": "empty"}])
     _require_grant(actor, bindings)
-    if session.execute(select(UserRow.id).where(UserRow.name == name)).first() is not None:
+    # Unique ignoring case (the index on lower(name) enforces it too): `Admin` beside
+    # `admin` would be a look-alike of the platform-admin in every audit record and inbox.
+    taken = session.execute(select(UserRow.name).where(func.lower(UserRow.name) == name.lower())).scalar_one_or_none()
+    if taken == name:
         raise ConflictError(f"user {name!r} already exists; change its roles with PUT /api/v1/users/{name}/bindings (hetpool users bind)")
+    if taken is not None:
+        raise ConflictError(
+            f"name: user {taken!r} already exists and user names are unique ignoring case; choose another name than {name!r}",
+            details=[{"loc": "name", "msg": f"conflicts with existing user {taken!r}"}],
+        )
     now = ctx.clock.now()
-    user = UserRow(name=name, role=rules.summary_role(bindings), created_at=now, created_by=actor.name)  # separation of duties reads it
+    user = UserRow(name=name, role=rules.summary_role(bindings), created_at=now)
     session.add(user)
     session.flush()
     _write_bindings(session, user, set(bindings), actor.name, now)
@@ -210,11 +234,11 @@ def change_bindings(
     user = _user(session, name)
     current = set(auth.load_bindings(session, user.id))
     if replace is not None:
-        wanted = check_bindings(ctx, session, replace)
+        wanted = check_bindings(ctx, session, actor, replace)
         _require_grant(actor, wanted)
         target = {b for b in current if not rules.can_grant(actor.bindings, b)} | set(wanted)
     elif add is not None:
-        wanted = check_bindings(ctx, session, add)
+        wanted = check_bindings(ctx, session, actor, add)
         _require_grant(actor, wanted)
         target = current | set(wanted)
     else:
@@ -222,7 +246,11 @@ def change_bindings(
         _require_grant(actor, gone)
         missing = [str(b) for b in gone if b not in current]
         if missing:
-            raise NotFoundError(f"user {name!r} does not hold {', '.join(missing)}; it holds {', '.join(map(str, sorted(current))) or 'no role'}")
+            # Name only what the actor may know: the roles it could have granted.
+            shown = _visible_bindings(actor, user, tuple(sorted(current)))
+            raise NotFoundError(
+                f"user {name!r} does not hold {', '.join(missing)}; of the roles you administer it holds {', '.join(map(str, shown)) or 'none'}"
+            )
         target = current - set(gone)
     if target != current:
         _guard_last_admin(session, user, target)
@@ -245,7 +273,9 @@ def delete_user(ctx: ServiceContext, session: Session, actor: Principal, name: s
     user, bindings = _visible_user(session, actor, name)
     require(actor, "user.admin")
     if not _manages(actor, bindings):
-        raise PermissionDeniedError(f"permission denied: user {name!r} holds roles outside what you administer ({', '.join(map(str, bindings))})")
+        raise PermissionDeniedError(
+            f"permission denied: deleting user {name!r} needs authority over every role it holds; you may change only the roles you administer"
+        )
     _guard_last_admin(session, user, set())
     now = ctx.clock.now()
     tokens = session.execute(select(ApiTokenRow).where(ApiTokenRow.user_id == user.id)).scalars().all()
@@ -306,7 +336,6 @@ def create_token(ctx: ServiceContext, session: Session, actor: Principal, name: 
     now = ctx.clock.now()
     expires_at = parse_lifetime(expires_in, now)
     token, row = auth.issue_token_row(session, user, label=label, now=now, expires_at=expires_at)
-    row.created_by = actor.name  # whoever issues a token can act as its user (separation of duties)
     after = {"user": user.name, "label": label, "expires_at": _iso(expires_at)}
     audit.record(session, actor=actor.name, action="token.create", object_kind="ApiToken", object_id=str(row.id), after=after, ts=now)
     return {**token_dict(row, user.name, now), "token": token}
