@@ -26,7 +26,9 @@ def is_valid_name(value: str) -> bool:
 class SpecModel(BaseModel):
     """A user-written object: unknown fields are rejected, strings are stripped."""
 
-    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True, populate_by_name=True)
+    # allow_inf_nan=False: NaN and ±Infinity (JSON `Infinity`, `1e309`, YAML `.inf`) are
+    # never a valid number of a spec; core/limits.py bounds each number from above too.
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True, populate_by_name=True, allow_inf_nan=False)
 
 
 class ObjectSpec(SpecModel):

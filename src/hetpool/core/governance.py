@@ -10,14 +10,13 @@ from pydantic import Field, field_validator
 
 from hetpool.core.base import Name, ObjectSpec, SpecModel
 from hetpool.core.inventory import TaskType
+from hetpool.core.limits import MAX_DEVICES_PER_TASK, Amount, Price, bounded
 from hetpool.core.tenancy import Environment, validate_tenant_path
-from hetpool.core.units import parse_duration
+from hetpool.core.units import check_duration
 
 
 def _duration(value: str | None) -> str | None:
-    if value is not None:
-        parse_duration(value)
-    return value
+    return check_duration(value)  # at most MAX_DURATION_S (366 days)
 
 
 # ----------------------------------------------------------------------- approvals
@@ -39,11 +38,18 @@ class ApprovalPolicySpec(ObjectSpec):
     tenant: str | None = None
     over_quota: bool = Field(default=True, description="a task that would exceed its quota (beyond borrowing) needs approval")
     reserved_pools: bool = Field(default=False, description="a task that may land on a reserved pool needs approval")
-    max_devices: float | None = Field(default=None, ge=0, description="tasks asking for more devices (all workers) need approval")
+    max_devices: bounded(0, le=MAX_DEVICES_PER_TASK) | None = Field(
+        default=None, description="tasks asking for more devices (all workers) need approval"
+    )
     max_runtime: str | None = Field(default=None, description="tasks whose runtime estimate or max_runtime is longer need approval")
     environments: list[Environment] = Field(default=[], description="tasks in these environments need approval (e.g. [prod])")
     budget_exceeded: bool = Field(default=True, description="a task of a tenant over its budget needs approval")
-    quota_changes: bool = Field(default=True, description="Quota changes applied by non-platform-admins need approval")
+    quota_changes: bool = Field(default=True, description="Quota changes and deletes by non-platform-admins need approval")
+    governance_changes: bool = Field(
+        default=False,
+        description="deleting or loosening a Budget or ApprovalPolicy of the tenant needs a second platform-admin's approval"
+        " (off by default: a lone platform-admin has nobody to ask)",
+    )
     approvers: list[str] = Field(default=[], description="users who may approve, besides tenant-admins up the tree")
     expire_after: str = Field(default="24h", description="requests not decided in time expire (the task never runs)")
 
@@ -61,7 +67,7 @@ class ApprovalPolicySpec(ObjectSpec):
 # ----------------------------------------------------------------------------- cost
 class ModelPrice(SpecModel):
     model: Name
-    per_device_hour: float = Field(ge=0)
+    per_device_hour: Price
 
 
 class PriceListSpec(ObjectSpec):
@@ -75,8 +81,8 @@ class PriceListSpec(ObjectSpec):
     cluster: Name | None = None
     currency: str = Field(default="CNY", pattern=r"^[A-Z]{3}$", description="ISO 4217 code")
     devices: list[ModelPrice] = []
-    per_cpu_core_hour: float | None = Field(default=None, ge=0, description="unset: the global list's price, else 0")
-    per_memory_gib_hour: float | None = Field(default=None, ge=0, description="unset: the global list's price, else 0")
+    per_cpu_core_hour: Price | None = Field(default=None, description="unset: the global list's price, else 0")
+    per_memory_gib_hour: Price | None = Field(default=None, description="unset: the global list's price, else 0")
 
     @field_validator("devices")
     @classmethod
@@ -94,9 +100,9 @@ class BudgetSpec(ObjectSpec):
     name: Name
     tenant: str
     period: Literal["month", "week", "day"] = "month"
-    amount: float = Field(gt=0)
+    amount: Amount = Field(description="at most 1e12")
     currency: str | None = Field(default=None, pattern=r"^[A-Z]{3}$", description="count only ledger rows in this currency (unset: all)")
-    alert_at: list[float] = Field(default=[0.8, 1.0], description="fractions of the amount at which an alert is raised")
+    alert_at: list[bounded(gt=0, le=10)] = Field(default=[0.8, 1.0], description="fractions of the amount at which an alert is raised")
     hard_stop: bool = Field(default=False, description="refuse new tasks of the subtree once the amount is spent")
 
     @field_validator("alert_at")
@@ -121,7 +127,7 @@ class ReclaimPolicySpec(ObjectSpec):
     name: Name
     tenant: str | None = None
     task_types: list[TaskType] = Field(default=[], description="unset: every task type")
-    idle_utilisation_pct: float = Field(default=5.0, ge=0, le=100, description="devices below this utilisation count as idle")
+    idle_utilisation_pct: bounded(0, le=100) = Field(default=5.0, description="devices below this utilisation count as idle")
     idle_for: str | None = Field(default="30m", description="reclaim allocations idle this long (unset: never for idleness)")
     max_runtime: str | None = Field(default=None, description="default lease for tasks without their own max_runtime")
     notice: str = Field(default="5m", description="time between the notice and the action")

@@ -12,6 +12,17 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from hetpool.core.base import Name, ObjectSpec, SpecModel
+from hetpool.core.limits import (
+    MAX_CPU_CORES,
+    MAX_DEVICE_FIGURE,
+    MAX_DEVICES_PER_NODE,
+    DeviceFigure,
+    DeviceMemoryGB,
+    IslandId,
+    MemoryGB,
+    PerfFactor,
+    Price,
+)
 
 
 class DeviceClass(StrEnum):
@@ -71,12 +82,12 @@ class DeviceModelSpec(ObjectSpec):
     device_class: DeviceClass = Field(alias="class")
     display_name: str
     architecture: str = ""
-    memory_gb: float = Field(ge=0)
-    memory_bandwidth_gbps: float | None = Field(default=None, ge=0)
-    fp16_tflops: float | None = Field(default=None, ge=0, description="dense FP16 tensor TFLOPS")
-    bf16_tflops: float | None = Field(default=None, ge=0, description="dense BF16 tensor TFLOPS")
-    int8_tops: float | None = Field(default=None, ge=0)
-    cores: int | None = Field(default=None, ge=0, description="CPU cores / AI cores / SMs")
+    memory_gb: DeviceMemoryGB
+    memory_bandwidth_gbps: DeviceFigure | None = None
+    fp16_tflops: DeviceFigure | None = Field(default=None, description="dense FP16 tensor TFLOPS")
+    bf16_tflops: DeviceFigure | None = Field(default=None, description="dense BF16 tensor TFLOPS")
+    int8_tops: DeviceFigure | None = None
+    cores: int | None = Field(default=None, ge=0, le=MAX_DEVICE_FIGURE, description="CPU cores / AI cores / SMs")
     interconnect: str = ""
     features: list[str] = []
     runtime: RuntimeName = RuntimeName.NONE
@@ -85,7 +96,9 @@ class DeviceModelSpec(ObjectSpec):
     slurm_gres: str = ""
     pci_ids: list[str] = []
     aliases: list[str] = Field(default=[], description="names discovery tools print")
-    relative_performance: dict[TaskType, float] = Field(default={}, description="throughput relative to the reference device (1.0) per task type")
+    relative_performance: dict[TaskType, PerfFactor] = Field(
+        default={}, description="throughput relative to the reference device (1.0) per task type"
+    )
     verified: bool = Field(default=True, description="False when figures are unverified defaults")
 
     @field_validator("features")
@@ -139,9 +152,9 @@ class DeviceGroup(SpecModel):
     """`count` devices of one catalog model on a node."""
 
     model: Name
-    count: int = Field(ge=1, le=1024)
+    count: int = Field(ge=1, le=MAX_DEVICES_PER_NODE)
     # Island ids per device for topology (NVLink / HCCS); empty: one island.
-    islands: list[int] = []
+    islands: list[IslandId] = []
 
 
 class NodeSpec(ObjectSpec):
@@ -151,8 +164,8 @@ class NodeSpec(ObjectSpec):
     zone: Name | None = Field(default=None, description="defaults to the cluster's zone")
     network_group: str = ""
     arch: Literal["x86_64", "aarch64"] = "x86_64"
-    cpu_cores: int = Field(ge=1, le=4096)
-    memory_gb: float = Field(gt=0, le=65536)
+    cpu_cores: int = Field(ge=1, le=MAX_CPU_CORES)
+    memory_gb: MemoryGB
     devices: list[DeviceGroup] = []
     stack: SoftwareStack | None = None
     schedulable: bool = True
@@ -177,7 +190,7 @@ class PoolSpec(ObjectSpec):
     model: Name
     nodes: list[Name] = Field(min_length=1)
     stack: SoftwareStack | None = Field(default=None, description="default stack for nodes that do not declare one")
-    price_per_hour: float = Field(default=0.0, ge=0, description="per device per hour")
+    price_per_hour: Price = Field(default=0.0, description="per device per hour, at most 1,000,000")
     reserved_for: Reservation | None = None
     shareable: bool = False
 

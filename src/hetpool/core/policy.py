@@ -14,6 +14,7 @@ from pydantic import Field
 
 from hetpool.core.base import Name, ObjectSpec, SpecModel
 from hetpool.core.inventory import DeviceClass, TaskType
+from hetpool.core.limits import MAX_QUEUE_ORDER, bounded
 
 
 class QueueSpec(ObjectSpec):
@@ -26,7 +27,7 @@ class QueueSpec(ObjectSpec):
         default="priority-fairshare",
         description="priority-fairshare: priority class, then tenant fair share, then age; fifo: strict arrival order",
     )
-    order: int = Field(default=100, description="routing precedence: lower is tried first")
+    order: int = Field(default=100, ge=-MAX_QUEUE_ORDER, le=MAX_QUEUE_ORDER, description="routing precedence: lower is tried first")
 
 
 class ClassRule(SpecModel):
@@ -39,7 +40,7 @@ class SchedulingPolicySpec(ObjectSpec):
     kind: Literal["SchedulingPolicy"] = "SchedulingPolicy"
     name: Literal["default"] = "default"
     classes: dict[DeviceClass, ClassRule] = Field(default={}, description="rules per device class; missing classes use defaults")
-    aging_per_hour: float = Field(default=0.5, ge=0, le=100, description="priority-rank points gained per hour of waiting (no starvation)")
+    aging_per_hour: bounded(0, le=100) = Field(default=0.5, description="priority-rank points gained per hour of waiting (no starvation)")
     wait_for_preferred: bool = Field(default=True, description="wait for busy preferred devices when that finishes earlier than a substitute")
     estimate_horizon: int = Field(default=200, ge=0, le=10000, description="pending tasks that get a start-time estimate each cycle")
     max_preemptions: int = Field(

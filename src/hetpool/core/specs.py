@@ -6,6 +6,7 @@ or raises one `SpecError` listing every problem, so nothing is half-applied.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -174,7 +175,40 @@ def load_yaml_documents(text: str, source: str = "<input>") -> list[dict]:
     for i, doc in enumerate(docs):
         if not isinstance(doc, dict):
             raise SpecError(f"{source}: document {i + 1} is a {type(doc).__name__}, expected a mapping with 'kind:'")
+    _refuse_non_finite(docs, source)
     return docs
+
+
+def _non_finite_paths(value: Any, path: str = "") -> list[str]:
+    if isinstance(value, float) and not math.isfinite(value):
+        return [path or "(root)"]
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in _non_finite_paths(v, f"{path}.{k}" if path else str(k))]
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in _non_finite_paths(v, f"{path}[{i}]")]
+    return []
+
+
+def _refuse_non_finite(docs: list[dict], source: str) -> None:
+    """YAML's .inf and .nan are numbers no spec accepts (core/limits.py). Refused while the
+    file is read, naming the file and the field: a client could not even send them as JSON.
+    The kind's own check supplies the message with the field's limit where it has one."""
+    problems = []
+    for i, doc in enumerate(docs):
+        paths = _non_finite_paths(doc)
+        if not paths:
+            continue
+        where = f"{source}#{i + 1}"
+        try:
+            parse_spec(doc, where)
+            details = []
+        except SpecError as exc:
+            details = exc.details
+        for path in paths:
+            named = [d for d in details if d["loc"] == f"{where}: {path}" or d["loc"].endswith(f": {path}")]
+            problems += named[:1] or [{"loc": f"{where}: {path}", "msg": "must be a finite number (NaN and ±Infinity are refused)"}]
+    if problems:
+        raise SpecError(f"{problems[0]['loc']}: {problems[0]['msg']}", details=problems)
 
 
 def parse_documents(documents: list[tuple[str, dict]]) -> list[BaseModel]:

@@ -17,8 +17,18 @@ from pydantic import Field, field_validator, model_validator
 
 from hetpool.core.base import Name, ObjectSpec, SpecModel
 from hetpool.core.inventory import DeviceClass, TaskType
+from hetpool.core.limits import (
+    MAX_DEVICE_MEMORY_GB,
+    MAX_DEVICES_PER_WORKER,
+    MAX_WORKERS,
+    Cores,
+    DeviceMemoryGB,
+    MemoryGB,
+    PerfFactor,
+    bounded,
+)
 from hetpool.core.tenancy import Environment, validate_tenant_path
-from hetpool.core.units import parse_duration
+from hetpool.core.units import Duration, parse_duration
 
 
 class Priority(StrEnum):
@@ -87,11 +97,13 @@ class DeviceRequest(SpecModel):
     """Devices each worker needs. `models` narrows the class to catalog ids."""
 
     device_class: DeviceClass = Field(alias="class")
-    count: float = Field(default=1, gt=0, le=64, description="whole devices; a fraction < 1 on shareable pools")
+    count: bounded(gt=0, le=MAX_DEVICES_PER_WORKER) = Field(default=1, description="whole devices; a fraction < 1 on shareable pools")
     models: list[Name] = []
-    min_memory_gb: float = Field(default=0, ge=0)
-    memory_gb: float | None = Field(default=None, gt=0, description="a slice of one device's memory (HAMi gpumem); shareable pools only")
-    cores_percent: float | None = Field(default=None, gt=0, le=100, description="share of one device's compute (HAMi gpucores)")
+    min_memory_gb: DeviceMemoryGB = 0
+    memory_gb: bounded(gt=0, le=MAX_DEVICE_MEMORY_GB) | None = Field(
+        default=None, description="a slice of one device's memory (HAMi gpumem); shareable pools only"
+    )
+    cores_percent: bounded(gt=0, le=100) | None = Field(default=None, description="share of one device's compute (HAMi gpucores)")
 
     @field_validator("count")
     @classmethod
@@ -110,8 +122,8 @@ class TopologyRequest(SpecModel):
 
 class WorkerDemand(SpecModel):
     devices: DeviceRequest | None = None
-    cpu: float = Field(default=1, gt=0, le=4096)
-    memory_gb: float = Field(default=1, gt=0, le=65536)
+    cpu: Cores = 1
+    memory_gb: MemoryGB = 1
 
 
 class DataLocation(SpecModel):
@@ -127,7 +139,7 @@ class TaskSpec(ObjectSpec):
     task_type: TaskType = Field(default=TaskType.GENERAL, alias="type")
     template: Name | None = None
     framework: FrameworkRequest | None = None
-    workers: int = Field(default=1, ge=1, le=1024)
+    workers: int = Field(default=1, ge=1, le=MAX_WORKERS)
     per_worker: WorkerDemand = WorkerDemand()
     features: list[str] = Field(default=[], description="required device features, e.g. bf16, fp8")
     fallback: list[Name] = Field(default=[], description="ordered device models or pools")
@@ -137,13 +149,13 @@ class TaskSpec(ObjectSpec):
     env_vars: dict[str, str] = {}
     priority: Priority = Priority.NORMAL
     data: DataLocation | None = None
-    runtime_estimate: str | None = Field(default=None, description="on the reference device: '6h', '90m'")
-    max_runtime: str | None = None
+    runtime_estimate: Duration | None = Field(default=None, description="on the reference device: '6h', '90m'; at most 366d")
+    max_runtime: Duration | None = Field(default=None, description="at most 366d")
     queue: Name | None = Field(default=None, description="named queue; default: the first queue that accepts the task type")
     topology: TopologyRequest | None = None
     exclude_nodes: list[Name] = []
     preemptible: bool = Field(default=True, description="may be evicted by higher-priority work")
-    relative_performance: dict[Name, float] = Field(
+    relative_performance: dict[Name, PerfFactor] = Field(
         default={}, description="this task's own speed per device model (reference device = 1.0); overrides the catalog"
     )
 
@@ -156,13 +168,6 @@ class TaskSpec(ObjectSpec):
     @classmethod
     def _lower_features(cls, value: list[str]) -> list[str]:
         return sorted({f.strip().lower() for f in value if f.strip()})
-
-    @field_validator("runtime_estimate", "max_runtime")
-    @classmethod
-    def _duration(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_duration(value)
-        return value
 
     @field_validator("relative_performance")
     @classmethod
@@ -230,7 +235,7 @@ class TaskDefaults(SpecModel):
     """Fields a template may preset; a task's own values win."""
 
     framework: FrameworkRequest | None = None
-    workers: int | None = Field(default=None, ge=1, le=1024)
+    workers: int | None = Field(default=None, ge=1, le=MAX_WORKERS)
     per_worker: WorkerDemand | None = None
     features: list[str] | None = None
     fallback: list[Name] | None = None
@@ -239,8 +244,8 @@ class TaskDefaults(SpecModel):
     command: str | None = None
     env_vars: dict[str, str] | None = None
     priority: Priority | None = None
-    runtime_estimate: str | None = None
-    max_runtime: str | None = None
+    runtime_estimate: Duration | None = None
+    max_runtime: Duration | None = None
     queue: Name | None = None
     topology: TopologyRequest | None = None
     preemptible: bool | None = None

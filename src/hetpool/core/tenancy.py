@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from hetpool.core.base import ObjectSpec
+from hetpool.core.limits import bounded
 
 _SEGMENT = r"[a-z0-9]([a-z0-9_-]{0,38}[a-z0-9])?"
 TENANT_PATH_RE = re.compile(rf"^{_SEGMENT}(/{_SEGMENT}){{0,2}}$")
@@ -43,7 +44,7 @@ class TenantSpec(ObjectSpec):
     name: str = Field(description="path: org, org/team or org/team/project")
     display_name: str = ""
     environments: list[Environment] = [Environment.DEV, Environment.TEST, Environment.PROD]
-    weight: float = Field(default=1.0, gt=0, le=1000, description="fair-share weight among siblings")
+    weight: bounded(gt=0, le=1000) = Field(default=1.0, description="fair-share weight among siblings")
 
     @field_validator("name")
     @classmethod

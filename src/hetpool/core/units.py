@@ -2,14 +2,45 @@
 
 from __future__ import annotations
 
+import math
 import re
+from typing import Annotated
+
+from pydantic import AfterValidator
+
+from hetpool.core.limits import MAX_ANY_DURATION_S, MAX_DURATION_S, format_limit_s
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd])")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
-def parse_duration(value: str | int | float) -> float:
-    """Seconds in `value`: a number of seconds or a string such as "6h", "1h30m", "45s"."""
+def parse_duration(value: str | int | float, *, max_s: float = MAX_ANY_DURATION_S) -> float:
+    """Seconds in `value`: a number of seconds or a string such as "6h", "1h30m", "45s".
+
+    Anything longer than `max_s` (and NaN or infinity) is refused: "now + duration" must
+    stay a valid date (see core/limits.py)."""
+    try:
+        seconds = _parse_duration(value)
+    except OverflowError:  # an integer too large for a float
+        seconds = math.inf
+    if not math.isfinite(seconds) or seconds > max_s:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise ValueError(f"duration {shown} is longer than the limit of {format_limit_s(max_s)}")
+    return seconds
+
+
+def check_duration(value: str | None, max_s: float = MAX_DURATION_S) -> str | None:
+    """A duration text no longer than `max_s` (a spec's limit), returned unchanged."""
+    if value is not None:
+        parse_duration(value, max_s=max_s)
+    return value
+
+
+# A duration field of a spec: text such as "6h" or "1d2h", at most MAX_DURATION_S (366 days).
+Duration = Annotated[str, AfterValidator(check_duration)]
+
+
+def _parse_duration(value: str | int | float) -> float:
     if isinstance(value, bool):
         raise ValueError("expected a duration such as '6h', '90m' or a number of seconds")
     if isinstance(value, (int, float)):

@@ -5,15 +5,24 @@ An ApprovalPolicy turns into rules, one per threshold it sets. `evaluate` runs t
 of every policy that applies to the tenant and collects the reasons; the server gathers
 the facts (quota, budget, reserved pools) first, and only those some rule needs, since
 they cost database reads.
+
+Besides tasks, policies govern objects: a Quota change or delete by someone below
+platform-admin (`quota_changes`), and deleting or loosening a Budget or ApprovalPolicy
+(`governance_changes`, platform-admins included: only they may write those kinds).
+`loosens` says whether a change of such an object gives more room than before. Who may
+not decide a request is in governance.duties.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import ClassVar
 
-from hetpool.core.governance import ApprovalPolicySpec
+from pydantic import BaseModel
+
+from hetpool.core.governance import ApprovalPolicySpec, BudgetSpec
 from hetpool.core.tasks import TaskSpec
 from hetpool.core.units import format_duration, parse_duration
 from hetpool.scheduling.assign import candidate_groups
@@ -29,9 +38,11 @@ FACT_RESERVED_POOLS = "reserved_pools"
 @dataclass(frozen=True)
 class ApprovalContext:
     """What the rules may look at. For a task: its tenant, environment, size, runtime and
-    the looked-up facts; for a quota change: the quota's tenant and who applies it."""
+    the looked-up facts; for a governed object (kind quota, budget or approvalpolicy): its
+    tenant ('' for one that applies to every tenant), name, whether it is applied or
+    deleted, whether that loosens it, and whether a platform-admin does it."""
 
-    kind: Literal["task", "quota"]
+    kind: str  # task | quota | budget | approvalpolicy
     tenant: str
     env: str | None = None
     devices: float = 0.0
@@ -40,6 +51,9 @@ class ApprovalContext:
     budget: str | None = None
     reserved_pools: tuple[str, ...] = ()
     by_platform_admin: bool = False
+    object_name: str | None = None
+    operation: str = "apply"  # apply | delete
+    loosens: bool = False
 
     @classmethod
     def for_task(cls, spec: TaskSpec, **facts) -> ApprovalContext:
@@ -140,7 +154,25 @@ class QuotaChange(Rule):
     def check(self, context: ApprovalContext) -> str | None:
         if context.by_platform_admin:
             return None
-        return f"a quota change for {context.tenant} by someone other than a platform-admin needs approval"
+        what = "deleting a quota" if context.operation == "delete" else "a quota change"
+        return f"{what} for {context.tenant} by someone other than a platform-admin needs approval"
+
+
+@dataclass(frozen=True)
+class GovernanceChange(Rule):
+    """Deleting or loosening a Budget or ApprovalPolicy, by anyone: a policy that governs
+    itself cannot be switched off by the one it binds."""
+
+    name: ClassVar[str] = "governance_change"
+    KINDS: ClassVar[frozenset[str]] = frozenset({"budget", "approvalpolicy"})
+
+    def check(self, context: ApprovalContext) -> str | None:
+        if not context.loosens:
+            return None
+        kind = "Budget" if context.kind == "budget" else "ApprovalPolicy"
+        what = "deleting" if context.operation == "delete" else "loosening"
+        where = context.tenant or "every tenant"
+        return f"{what} {kind} {context.object_name} (for {where}) needs the approval of another platform-admin"
 
 
 def rules_of(policy: ApprovalPolicySpec) -> list[Rule]:
@@ -160,13 +192,16 @@ def rules_of(policy: ApprovalPolicySpec) -> list[Rule]:
         rules.append(BudgetExceeded())
     if policy.quota_changes:
         rules.append(QuotaChange())
+    if policy.governance_changes:
+        rules.append(GovernanceChange())
     return rules
 
 
 def policies_for(policies: list[ApprovalPolicySpec], tenant: str) -> list[ApprovalPolicySpec]:
-    """Policies of the tenant or an ancestor (or of every tenant), by name."""
+    """Policies of the tenant or an ancestor (or of every tenant), by name. Tenant '': an
+    object of every tenant, governed by the policies of every tenant only."""
     return sorted(
-        (p for p in policies if p.tenant is None or tenant == p.tenant or tenant.startswith(p.tenant + "/")),
+        (p for p in policies if p.tenant is None or (tenant and (tenant == p.tenant or tenant.startswith(p.tenant + "/")))),
         key=lambda p: p.name,
     )
 
@@ -242,3 +277,63 @@ def reserved_pools_for(snap: Snapshot, spec: TaskSpec, compat_check: CompatCheck
             if pool_verdict(pool, spec, compat_check).ok:
                 names.add(pool.name)
     return tuple(sorted(names))
+
+
+# ------------------------------------------------------------- loosening an object
+# What "tighter or the same" means per field; a change of any other field (tenant,
+# period, currency, ...) counts as loosening, labels and description as nothing.
+_IGNORED = frozenset({"kind", "name", "description", "labels"})
+
+
+def _bool_kept(old: bool, new: bool) -> bool:
+    return new or not old
+
+
+def _limit_kept(old: float | None, new: float | None) -> bool:
+    return old is None or (new is not None and new <= old)
+
+
+def _duration_kept(old: str | None, new: str | None) -> bool:
+    return old is None or (new is not None and parse_duration(new) <= parse_duration(old))
+
+
+def _superset(old: list, new: list) -> bool:
+    return set(old) <= set(new)
+
+
+def _subset(old: list, new: list) -> bool:
+    return set(new) <= set(old)
+
+
+_TIGHTER: dict[type, dict[str, Callable]] = {
+    BudgetSpec: {"amount": _limit_kept, "hard_stop": _bool_kept, "alert_at": _superset},
+    ApprovalPolicySpec: {
+        **{f: _bool_kept for f in ("over_quota", "reserved_pools", "budget_exceeded", "quota_changes", "governance_changes")},
+        "max_devices": _limit_kept,
+        "max_runtime": _duration_kept,
+        "environments": _superset,
+        "approvers": _subset,  # a named approver more is one more person who may say yes
+        "expire_after": _duration_kept,
+    },
+}
+
+
+def loosens(current: BaseModel | None, new: BaseModel | None) -> bool:
+    """Does replacing `current` by `new` (None: absent) give more room? Deleting does; a
+    new Budget does not; a new ApprovalPolicy does only when it names approvers (they
+    would decide requests its rules trip)."""
+    if current is None:
+        return isinstance(new, ApprovalPolicySpec) and bool(new.approvers)
+    if new is None:
+        return True
+    tighter = _TIGHTER.get(type(current), {})
+    for field in type(current).model_fields:
+        if field in _IGNORED:
+            continue
+        old_value, new_value = getattr(current, field), getattr(new, field)
+        if old_value == new_value:
+            continue
+        kept = tighter.get(field)
+        if kept is None or not kept(old_value, new_value):
+            return True
+    return False

@@ -125,6 +125,8 @@ class UserRow(Base):
     role: Mapped[str] = mapped_column(String(32))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     ui_language: Mapped[str | None] = mapped_column(String(8), nullable=True)  # the dashboard language the user chose
+    # Who created the user ('' unknown or the system): approvals refuse a decider linked to the requester this way.
+    created_by: Mapped[str] = mapped_column(String(64), default="", server_default="")
 
 
 class ApiTokenRow(Base):
@@ -139,6 +141,8 @@ class ApiTokenRow(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Who issued it: someone who issued a user's token could act as that user (approvals).
+    created_by: Mapped[str] = mapped_column(String(64), default="", server_default="")
 
 
 class NodeStatusRow(Base):

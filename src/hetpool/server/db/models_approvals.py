@@ -1,4 +1,5 @@
-"""ORM row of the approvals area: one approval request (a task waiting, or a held Quota)."""
+"""ORM row of the approvals area: one approval request (a task waiting, or a held change or
+delete of a governed object: Quota, Budget, ApprovalPolicy)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ class ApprovalRow(Base):
     __table_args__ = (Index("ix_approval_requests_state_expires", "state", "expires_at"),)
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
-    kind: Mapped[str] = mapped_column(String(16))  # task | quota
+    kind: Mapped[str] = mapped_column(String(16))  # task | quota | budget | approvalpolicy
+    operation: Mapped[str] = mapped_column(String(16), default="apply", server_default="apply")  # apply | delete (held objects)
     state: Mapped[str] = mapped_column(String(16), index=True)  # pending | approved | rejected | expired | withdrawn
     tenant: Mapped[str] = mapped_column(String(200), index=True)
     task_id: Mapped[str | None] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"), index=True)

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from hetpool.server.deps import get_ctx, get_principal
 from hetpool.server.services import approvals as approval_service
+from hetpool.server.services import duties
 from hetpool.server.services.auth import Principal
 from hetpool.server.services.context import ServiceContext
 
@@ -44,17 +45,26 @@ def get_approval(approval_id: str, ctx: ServiceContext = Depends(get_ctx), user:
         return approval_service.approval_dict(approval_service.get_row(session, approval_id, user))
 
 
-@router.post("/approvals/{approval_id}/approve", summary="Approve: the task enters the queue, or the held Quota is applied")
+def _decide(ctx: ServiceContext, approval_id: str, user: Principal, *, approve: bool, comment: str) -> dict:
+    try:
+        with ctx.db.transaction() as session:
+            return approval_service.approval_dict(approval_service.decide(ctx, session, approval_id, user, approve=approve, comment=comment))
+    except duties.SeparationOfDutiesError as refused:
+        with ctx.db.transaction() as session:  # the decision's transaction rolled back; the attempt stays on record
+            duties.audit_refusal(ctx, session, user, refused)
+        raise
+
+
+@router.post(
+    "/approvals/{approval_id}/approve",
+    summary="Approve: the task enters the queue, or the held change or delete takes effect (403 separation_of_duties: not a second person)",
+)
 def approve(
     approval_id: str, body: ApproveRequest | None = None, ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get_principal)
 ) -> dict:
-    with ctx.db.transaction() as session:
-        row = approval_service.decide(ctx, session, approval_id, user, approve=True, comment=body.comment if body else "")
-        return approval_service.approval_dict(row)
+    return _decide(ctx, approval_id, user, approve=True, comment=body.comment if body else "")
 
 
-@router.post("/approvals/{approval_id}/reject", summary="Reject with a comment: the task is cancelled, the Quota not applied")
+@router.post("/approvals/{approval_id}/reject", summary="Reject with a comment: the task is cancelled, the held change or delete dropped")
 def reject(approval_id: str, body: RejectRequest, ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get_principal)) -> dict:
-    with ctx.db.transaction() as session:
-        row = approval_service.decide(ctx, session, approval_id, user, approve=False, comment=body.comment)
-        return approval_service.approval_dict(row)
+    return _decide(ctx, approval_id, user, approve=False, comment=body.comment)

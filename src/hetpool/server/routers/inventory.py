@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Response
+from fastapi.responses import JSONResponse
 
 from hetpool.core.errors import ConflictError, NotFoundError, SpecError
 from hetpool.core.specs import parse_documents, resolve_kind
@@ -60,7 +61,7 @@ def apply(body: ApplyRequest, ctx: ServiceContext = Depends(get_ctx), user: Prin
         inv = inventory_service.load_inventory(ctx, session) if scoped else None
         for spec in scoped:
             require_write(user, inv, spec.kind, spec.name, getattr(spec, write_action(spec.kind)[1]))
-        specs, held = approval_service.hold_quota_changes(ctx, session, specs, user)  # Quota changes a policy holds for approval
+        specs, held = approval_service.hold_governed_changes(ctx, session, specs, user)  # changes a policy holds for approval
         results = inventory_service.apply_specs(ctx, session, specs, user.name) + held
         for _where, doc in task_docs:
             row = task_service.submit(ctx, session, {k: v for k, v in doc.items() if k != "kind"}, user.name)
@@ -87,14 +88,21 @@ def get_object(kind: str, name: str, ctx: ServiceContext = Depends(get_ctx), use
     return document
 
 
-@router.delete("/objects/{kind}/{name:path}", status_code=204, summary="Delete an object that nothing uses")
+@router.delete(
+    "/objects/{kind}/{name:path}",
+    status_code=204,
+    summary="Delete an object that nothing uses; 202 with the request when an approval policy holds the delete",
+    responses={202: {"description": "held for approval: {kind, name, action, operation, id}"}},
+)
 def delete_object(kind: str, name: str, ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get_principal)) -> Response:
     resolved = resolve_kind(kind)
     with ctx.db.transaction() as session:
         writes_inventory = write_action(resolved)[0] == "inventory.write"
         require_write(user, None if writes_inventory else inventory_service.load_inventory(ctx, session), resolved, name)
-        inventory_service.delete_object(ctx, session, kind, name, user.name)
-    return Response(status_code=204)
+        held = approval_service.hold_delete(ctx, session, resolved, name, user)  # deleting loosens: a policy may hold it
+        if held is None:
+            inventory_service.delete_object(ctx, session, kind, name, user.name)
+    return Response(status_code=204) if held is None else JSONResponse(held, status_code=202)
 
 
 @router.get("/pools/{name}/profile", summary="A pool's capability profile: features, device counts by status, task types, frameworks, substitutes")

@@ -1,11 +1,13 @@
-"""Approval requests: opened at submit (tasks) or apply (quota changes), decided by
-approvers, expired by a worker step. The rules themselves are pure
-(hetpool.governance.approvals); here are the facts they need, the rows and the audit.
+"""Approval requests: opened at submit (tasks), or at apply or delete of a governed object
+(Quota, Budget, ApprovalPolicy), decided by approvers, expired by a worker step. The rules
+themselves are pure (hetpool.governance.approvals, .duties); here are the facts they
+need, the rows and the audit.
 
 A task that needs approval is created in `pending_approval`; approving moves it to
 `queued` (and, when it was over quota, marks it with APPROVED_OVER_QUOTA_LABEL so that
-the quota engine admits it), rejecting or expiry cancels it. A held Quota is applied
-only when approved.
+the quota engine admits it), rejecting or expiry cancels it. A held change or delete of
+an object takes effect only when approved. Whoever decides must pass the role check
+(check_may_decide) and separation of duties (services.duties).
 """
 
 from __future__ import annotations
@@ -21,8 +23,7 @@ from sqlalchemy.orm import Session
 
 from hetpool.core.errors import ConflictError, NotFoundError, PermissionDeniedError, SpecError
 from hetpool.core.governance import APPROVAL_REASON_LABEL, APPROVED_OVER_QUOTA_LABEL, ApprovalPolicySpec
-from hetpool.core.quota import QuotaSpec
-from hetpool.core.specs import spec_to_document
+from hetpool.core.specs import SPEC_KINDS, resolve_kind, spec_to_document
 from hetpool.core.states import TaskState
 from hetpool.core.tasks import TaskSpec
 from hetpool.core.units import parse_duration
@@ -32,7 +33,9 @@ from hetpool.governance.approvals import (
     FACT_RESERVED_POOLS,
     ApprovalContext,
     ApprovalVerdict,
+    Reason,
     evaluate,
+    loosens,
     needed_facts,
     policies_for,
     reserved_pools_for,
@@ -40,13 +43,13 @@ from hetpool.governance.approvals import (
 from hetpool.scheduling.snapshot import Snapshot
 from hetpool.server.db.models import TaskRow
 from hetpool.server.db.models_approvals import ApprovalRow
-from hetpool.server.services import audit
+from hetpool.server.services import audit, duties
 from hetpool.server.services import cost as cost_service
 from hetpool.server.services import quota as quota_service
 from hetpool.server.services.access import holds_role, require, visible_tenants
 from hetpool.server.services.auth import Principal
 from hetpool.server.services.context import ServiceContext
-from hetpool.server.services.inventory import Inventory, apply_specs, load_inventory
+from hetpool.server.services.inventory import Inventory, apply_specs, delete_object, load_inventory
 from hetpool.server.services.tasks import aware, placement_options, transition
 
 PENDING, APPROVED, REJECTED, EXPIRED, WITHDRAWN = "pending", "approved", "rejected", "expired", "withdrawn"
@@ -54,6 +57,11 @@ STATES = (PENDING, APPROVED, REJECTED, EXPIRED, WITHDRAWN)
 SYSTEM_ACTOR = "approvals"
 # Labels only the server sets; a submitted task carrying one is refused.
 SERVER_LABELS = (APPROVED_OVER_QUOTA_LABEL,)
+# Objects whose changes a policy may hold: kind -> the approval request's kind. Budgets and
+# ApprovalPolicies only platform-admins may write, so only platform-admins decide them.
+GOVERNED = {"Quota": "quota", "Budget": "budget", "ApprovalPolicy": "approvalpolicy"}
+OBJECT_KIND = {v: k for k, v in GOVERNED.items()}
+PLATFORM_DECIDED = frozenset({"budget", "approvalpolicy"})
 
 
 def new_approval_id() -> str:
@@ -102,44 +110,135 @@ def open_task_request(ctx: ServiceContext, session: Session, task: TaskRow, spec
     return row
 
 
-# ---------------------------------------------------------------------------- quotas
-def hold_quota_changes(ctx: ServiceContext, session: Session, specs: list[BaseModel], principal: Principal) -> tuple[list[BaseModel], list[dict]]:
-    """Split an apply batch: Quota changes that need approval become requests (returned as
-    results); the rest is applied as usual. Platform-admins never wait; an unchanged Quota
-    is no change."""
-    if holds_role(principal, "platform-admin") or not any(isinstance(s, QuotaSpec) for s in specs):
+# ------------------------------------------------------------------ governed objects
+def hold_governed_changes(ctx: ServiceContext, session: Session, specs: list[BaseModel], principal: Principal) -> tuple[list[BaseModel], list[dict]]:
+    """Split an apply batch: changes of governed objects that a policy holds become
+    requests (returned as results); the rest is applied as usual. Every object of the
+    batch is judged against the policies in force before the batch (a batch that also
+    loosens a policy does not free itself), and a Quota or Budget moved to another tenant
+    against the policies of both. An unchanged object is no change."""
+    if not any(s.kind in GOVERNED for s in specs):
         return specs, []
     inv = load_inventory(ctx, session)
+    policies = _policies(inv)
     rest, results = [], []
     for spec in specs:
-        current = inv.quotas.get(spec.name) if isinstance(spec, QuotaSpec) else None
-        if not isinstance(spec, QuotaSpec) or (current is not None and spec_to_document(current) == spec_to_document(spec)):
+        current = inv.by_kind(spec.kind).get(spec.name) if spec.kind in GOVERNED else None
+        if spec.kind not in GOVERNED or (current is not None and spec_to_document(current) == spec_to_document(spec)):
             rest.append(spec)
             continue
-        context = ApprovalContext(kind="quota", tenant=spec.tenant, by_platform_admin=False)
-        verdict = evaluate(_policies(inv), context)
+        verdict, tenant = _object_verdict(policies, principal, spec.kind, spec.name, current, spec)
         if not verdict.needed:
             rest.append(spec)
             continue
-        row = _open(
-            ctx, session, kind="quota", tenant=spec.tenant, verdict=verdict, actor=principal.name, reason=spec.labels.get(APPROVAL_REASON_LABEL, "")
-        )
-        row.document = spec_to_document(spec)
-        session.flush()
-        _audit(session, principal.name, "approval.request", row, before=None, ts=row.created_at)
-        results.append({"kind": "Quota", "name": spec.name, "action": "held for approval", "id": row.id})
+        row = _hold(ctx, session, principal, spec, verdict, tenant, "apply")
+        results.append({"kind": spec.kind, "name": spec.name, "action": "held for approval", "id": row.id})
     return rest, results
+
+
+def hold_delete(ctx: ServiceContext, session: Session, kind: str, name: str, principal: Principal) -> dict | None:
+    """Deleting a governed object loosens it as much as anything can: when a policy holds
+    changes of it, the delete becomes a request (returned) and nothing is deleted yet."""
+    kind = resolve_kind(kind)
+    if kind not in GOVERNED:
+        return None
+    inv = load_inventory(ctx, session)
+    current = inv.by_kind(kind).get(name)
+    if current is None:
+        return None  # the delete answers 404 as usual
+    verdict, tenant = _object_verdict(_policies(inv), principal, kind, name, current, None)
+    if not verdict.needed:
+        return None
+    row = _hold(ctx, session, principal, current, verdict, tenant, "delete")
+    return {"kind": kind, "name": name, "action": "held for approval", "operation": "delete", "id": row.id}
+
+
+def _object_verdict(
+    policies: list[ApprovalPolicySpec], principal: Principal, kind: str, name: str, current: BaseModel | None, new: BaseModel | None
+) -> tuple[ApprovalVerdict, str]:
+    """The policies' verdict on changing `current` into `new` (None: deleted), for every
+    tenant the object belongs to before or after, and the tenant the request is filed
+    under: the nearest tenant above all of them ('' for an object of every tenant)."""
+    tenants = list(dict.fromkeys(getattr(o, "tenant", None) or "" for o in (current, new) if o is not None))
+    loose = loosens(current, new)
+    by_admin = holds_role(principal, "platform-admin")
+    operation = "delete" if new is None else "apply"
+    verdicts = [
+        evaluate(
+            policies,
+            ApprovalContext(kind=GOVERNED[kind], tenant=t, by_platform_admin=by_admin, object_name=name, operation=operation, loosens=loose),
+        )
+        for t in tenants
+    ]
+    verdict = _merge([v for v in verdicts if v.needed])
+    if GOVERNED[kind] in PLATFORM_DECIDED:
+        verdict = ApprovalVerdict(verdict.reasons, verdict.policies, (), verdict.expire_after)  # named approvers decide tasks and quotas
+    return verdict, _common_tenant(tenants)
+
+
+def _merge(verdicts: list[ApprovalVerdict]) -> ApprovalVerdict:
+    if len(verdicts) <= 1:
+        return verdicts[0] if verdicts else ApprovalVerdict()
+    reasons: list[Reason] = []
+    for r in (r for v in verdicts for r in v.reasons):
+        if r not in reasons:
+            reasons.append(r)
+    return ApprovalVerdict(
+        tuple(reasons),
+        tuple(dict.fromkeys(p for v in verdicts for p in v.policies)),
+        tuple(sorted({a for v in verdicts for a in v.approvers})),
+        min((v.expire_after for v in verdicts if v.expire_after), key=parse_duration, default=None),
+    )
+
+
+def _common_tenant(tenants: list[str]) -> str:
+    if "" in tenants or not tenants:
+        return ""
+    parts = [t.split("/") for t in tenants]
+    common = []
+    for level in zip(*parts, strict=False):
+        if len(set(level)) > 1:
+            break
+        common.append(level[0])
+    return "/".join(common)
+
+
+def _hold(
+    ctx: ServiceContext, session: Session, principal: Principal, spec: BaseModel, verdict: ApprovalVerdict, tenant: str, operation: str
+) -> ApprovalRow:
+    reason = spec.labels.get(APPROVAL_REASON_LABEL, "") if operation == "apply" else ""
+    row = _open(ctx, session, kind=GOVERNED[spec.kind], tenant=tenant, verdict=verdict, actor=principal.name, reason=reason)
+    row.document, row.operation = spec_to_document(spec), operation
+    session.flush()
+    _audit(session, principal.name, "approval.request", row, before=None, ts=row.created_at)
+    return row
+
+
+def _apply_held(ctx: ServiceContext, session: Session, row: ApprovalRow, actor: str) -> None:
+    kind = OBJECT_KIND[row.kind]
+    if row.operation == "delete":
+        try:
+            delete_object(ctx, session, kind, row.document["name"], actor)
+        except NotFoundError:
+            raise ConflictError(f"{kind} {row.document['name']!r} no longer exists; there is nothing left to delete for {row.id}") from None
+        return
+    apply_specs(ctx, session, [SPEC_KINDS[kind].model_validate(row.document)], actor)
 
 
 # ------------------------------------------------------------------------- decisions
 def decide(ctx: ServiceContext, session: Session, approval_id: str, principal: Principal, *, approve: bool, comment: str) -> ApprovalRow:
+    """Approve or reject. Raises duties.SeparationOfDutiesError when the caller's role
+    would do but it is no second person for this request (the caller audits that)."""
     row = get_row(session, approval_id, principal, for_update=True)
+    if row.requested_by == principal.name:  # the plainest refusal first: "not your own"
+        duties.check(session, principal, row)
     check_may_decide(principal, row)
     if row.state != PENDING:
         raise ConflictError(f"approval {row.id} was already decided ({row.state}{f' by {row.decided_by}' if row.decided_by else ''})")
     now = ctx.clock.now()
     if aware(row.expires_at) <= now:
         raise ConflictError(f"approval {row.id} expired at {_iso(row.expires_at)}; it can no longer be decided")
+    duty = duties.check(session, principal, row)
     comment = comment.strip()
     if not approve and not comment:
         raise SpecError("comment: a rejection needs a comment saying why", details=[{"loc": "comment", "msg": "required to reject"}])
@@ -148,11 +247,13 @@ def decide(ctx: ServiceContext, session: Session, approval_id: str, principal: P
         raise ConflictError(f"task {task.id} is no longer waiting for approval ({task.state})")
     before = _state_view(row)
     row.state, row.decided_by, row.decided_at, row.comment = (APPROVED if approve else REJECTED), principal.name, now, comment
-    if row.kind == "quota" and approve:
-        apply_specs(ctx, session, [QuotaSpec.model_validate(row.document)], principal.name)
+    if row.kind in OBJECT_KIND and approve:
+        _apply_held(ctx, session, row, principal.name)
     if task is not None:
         _decide_task(ctx, session, row, task, principal.name, approve, comment)
-    _audit(session, principal.name, "approval.approve" if approve else "approval.reject", row, before=before, ts=now)
+    # A lone platform-admin deciding its own request is allowed (nobody else to ask) and said so.
+    extra = {"sole_platform_admin_own_request": True} if duty.sole_admin_own_request else None
+    _audit(session, principal.name, "approval.approve" if approve else "approval.reject", row, before=before, ts=now, extra=extra)
     return row
 
 
@@ -171,17 +272,27 @@ def _decide_task(ctx: ServiceContext, session: Session, row: ApprovalRow, task: 
 
 
 def check_may_decide(principal: Principal, row: ApprovalRow) -> None:
-    """Named approvers, tenant-admins of the tenant or above and platform-admins decide;
-    never the submitter (unless platform-admin)."""
+    """Who may decide by role: named approvers, tenant-admins of the tenant or above and
+    platform-admins; a Budget or ApprovalPolicy change, platform-admins only (they alone
+    may make it). Who may not, whatever the role, is services.duties (see may_decide)."""
     admin = holds_role(principal, "platform-admin")
-    if row.requested_by == principal.name and not admin:
-        raise PermissionDeniedError(f"you requested {row.id}; someone else must decide it")
+    if row.kind in PLATFORM_DECIDED and not admin:
+        raise PermissionDeniedError(f"deciding {row.id} (a change of a {OBJECT_KIND[row.kind]}) needs platform-admin")
     if admin or principal.name in (row.approvers or []):
         return
     require(principal, "approval.decide", row.tenant)
     if not holds_role(principal, "tenant-admin", row.tenant):
         named = f", or one of {', '.join(row.approvers)}" if row.approvers else ""
         raise PermissionDeniedError(f"deciding {row.id} needs tenant-admin on {row.tenant} or above, platform-admin{named}")
+
+
+def may_decide(session: Session, principal: Principal, row: ApprovalRow, known: duties.Vouches | None = None) -> bool:
+    """Both checks, as a yes/no for views (`known`: vouches loaded once for a list)."""
+    try:
+        check_may_decide(principal, row)
+    except PermissionDeniedError:
+        return False
+    return not duties.verdict_for(session, principal, row, known).refused
 
 
 def expire_due(ctx: ServiceContext, session: Session) -> int:
@@ -261,6 +372,7 @@ def approval_dict(row: ApprovalRow) -> dict:
     return {
         "id": row.id,
         "kind": row.kind,
+        "operation": row.operation or "apply",
         "state": row.state,
         "tenant": row.tenant,
         "task_id": row.task_id,
@@ -310,12 +422,14 @@ def _state_view(row: ApprovalRow) -> dict:
     return {"state": row.state}
 
 
-def _audit(session: Session, actor: str, action: str, row: ApprovalRow, *, before: dict | None, ts: datetime) -> None:
-    after = {"state": row.state, "kind": row.kind, "tenant": row.tenant, "reasons": row.reasons}
+def _audit(session: Session, actor: str, action: str, row: ApprovalRow, *, before: dict | None, ts: datetime, extra: dict | None = None) -> None:
+    after = {"state": row.state, "kind": row.kind, "tenant": row.tenant, "reasons": row.reasons, **(extra or {})}
+    if row.kind in OBJECT_KIND:
+        after["operation"] = row.operation or "apply"
     after.update({k: v for k, v in (("task_id", row.task_id), ("reason", row.reason), ("comment", row.comment)) if v})
     if row.decided_by:
         after["decided_by"] = row.decided_by
-    if row.kind == "quota" and action == "approval.request":
+    if row.kind in OBJECT_KIND and action == "approval.request":
         after["document"] = row.document
     audit.record(session, actor=actor, action=action, object_kind="Approval", object_id=row.id, before=before, after=after, ts=ts)
 

@@ -4,7 +4,7 @@
       The approval requests the caller may see (exactly those of GET /api/v1/approvals,
       through services.approvals.list_requests), each with what an approver needs to
       decide without opening anything else: its age, whether the caller may decide it
-      (the rules of services.approvals.check_may_decide), what the task asks for, and
+      (services.approvals.may_decide: role and separation of duties), what the task asks for, and
       what it would cost per hour and for its expected runtime at the placement the
       scheduler would pick (prices as the cost worker will charge them).
 
@@ -19,7 +19,7 @@ from datetime import datetime
 
 from sqlalchemy.orm import Session
 
-from hetpool.core.errors import HetpoolError, PermissionDeniedError
+from hetpool.core.errors import HetpoolError
 from hetpool.core.specs import parse_spec
 from hetpool.core.tasks import TaskSpec
 from hetpool.core.units import parse_duration
@@ -28,8 +28,8 @@ from hetpool.scheduling.assign import assign
 from hetpool.scheduling.estimate import runtime_on
 from hetpool.scheduling.snapshot import Snapshot
 from hetpool.server.db.models import TaskRow
-from hetpool.server.db.models_approvals import ApprovalRow
 from hetpool.server.services import approvals as approval_service
+from hetpool.server.services import duties
 from hetpool.server.services.auth import Principal
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.inventory import Inventory, load_inventory
@@ -42,13 +42,14 @@ def approval_inbox(
     now = ctx.clock.now()
     rows = approval_service.list_requests(session, principal, state=state, tenant=tenant, limit=limit)
     estimator = _Estimator(ctx, session)
+    known = duties.load_vouches(session) if any(r.state == approval_service.PENDING for r in rows) else None
     requests = []
     for row in rows:
         item = approval_service.approval_dict(row)
         expired = aware(row.expires_at) <= now
         item["age_s"] = max(0, int((now - aware(row.created_at)).total_seconds()))
         item["expires_in_s"] = int((aware(row.expires_at) - now).total_seconds())
-        item["may_decide"] = row.state == approval_service.PENDING and not expired and _may_decide(principal, row)
+        item["may_decide"] = row.state == approval_service.PENDING and not expired and approval_service.may_decide(session, principal, row, known)
         item["requested"] = None
         item["estimate"] = None
         task = session.get(TaskRow, row.task_id) if row.task_id else None
@@ -63,14 +64,6 @@ def approval_inbox(
             item["requested"] = _quota_summary(row.document)
         requests.append(item)
     return {"now": _iso(now), "requests": requests}
-
-
-def _may_decide(principal: Principal, row: ApprovalRow) -> bool:
-    try:
-        approval_service.check_may_decide(principal, row)
-    except PermissionDeniedError:
-        return False
-    return True
 
 
 def _spec_of(task: TaskRow) -> TaskSpec | None:

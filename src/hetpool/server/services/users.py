@@ -188,7 +188,7 @@ def create_user(ctx: ServiceContext, session: Session, actor: Principal, name: s
             details=[{"loc": "name", "msg": f"conflicts with existing user {taken!r}"}],
         )
     now = ctx.clock.now()
-    user = UserRow(name=name, role=rules.summary_role(bindings), created_at=now)
+    user = UserRow(name=name, role=rules.summary_role(bindings), created_at=now, created_by=actor.name)  # separation of duties reads it
     session.add(user)
     session.flush()
     _write_bindings(session, user, set(bindings), actor.name, now)
@@ -336,6 +336,7 @@ def create_token(ctx: ServiceContext, session: Session, actor: Principal, name: 
     now = ctx.clock.now()
     expires_at = parse_lifetime(expires_in, now)
     token, row = auth.issue_token_row(session, user, label=label, now=now, expires_at=expires_at)
+    row.created_by = actor.name  # whoever issues a token can act as its user (separation of duties)
     after = {"user": user.name, "label": label, "expires_at": _iso(expires_at)}
     audit.record(session, actor=actor.name, action="token.create", object_kind="ApiToken", object_id=str(row.id), after=after, ts=now)
     return {**token_dict(row, user.name, now), "token": token}
