@@ -57,6 +57,7 @@ TABLE: dict[str, str] = {
     "GET /api/v1/audit": "401 ok 403 403 403 ok 403 403 403",
     "GET /api/v1/audit/export": "401 ok 403 403 403 ok 403 403 403",
     "GET /api/v1/audit/verify": "401 ok 403 403 403 ok 403 403 403",
+    "POST /api/v1/audit/checkpoints": "401 ok 403 403 403 ok 403 403 403",
     "POST /api/v1/catalog/compat-check": "401 ok ok ok ok 403 403 ok ok",
     "GET /api/v1/sim/history": "401 ok ok ok ok 403 403 ok ok",
     "POST /api/v1/agent/register": "401 422 403 403 403 403 422 403 403",

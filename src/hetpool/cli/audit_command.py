@@ -1,4 +1,5 @@
-"""`hetpool audit list | export | verify`: read, export and check the audit trail."""
+"""`hetpool audit list | export | verify | checkpoint`: read, export and check the audit trail,
+and anchor it (checkpoints under a key outside the database: services/audit_anchor.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,30 @@ from pathlib import Path
 
 import typer
 
+from hetpool.cli.audit_offline import verify_offline
 from hetpool.cli.render import OutputFormat, console, emit_data, table
+
+
+def _anchoring(result: dict) -> str:
+    last = result.get("last_checkpoint")
+    waiting = result.get("unanchored_events", result["events"])
+    if last is None:
+        return f"no checkpoint yet: {waiting} events not yet anchored"
+    return f"anchored by checkpoint {last['seq']} of {last['ts']} up to event {last['event_id']}; {waiting} events not yet anchored"
+
+
+def show_verify(result: dict, output: OutputFormat) -> None:
+    """Print a verify answer (the API's or the offline one); exit 1 when anything is wrong."""
+    if not emit_data(result, output):
+        if result.get("first_bad_event") is not None:
+            console.print(f"[red]audit chain broken[/red] at event {result['first_bad_event']}: {result['problem']}", highlight=False)
+        if result.get("checkpoint_problem"):
+            console.print(f"[red]audit checkpoints damaged[/red]: {result['checkpoint_problem']}", highlight=False)
+        if result["ok"]:
+            console.print(f"[green]audit chain intact[/green]: {result['events']} events", highlight=False)
+        console.print(_anchoring(result), highlight=False)
+    if not result["ok"]:
+        raise typer.Exit(1)
 
 
 def register(audit_app: typer.Typer) -> None:
@@ -82,14 +106,35 @@ def register(audit_app: typer.Typer) -> None:
 
     @audit_app.command("verify")
     @handles_errors
-    def audit_verify(url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutOpt) -> None:
-        """Check the audit hash chain; exit 1 and name the first bad event if broken."""
+    def audit_verify(
+        offline: bool = typer.Option(False, "--offline", help="read the database, key and checkpoint file directly (no server)"),
+        config: Path = typer.Option(None, "--config", envvar="HETPOOL_CONFIG", help="--offline: the server's YAML settings file"),
+        data_dir: Path = typer.Option(None, "--data-dir", help="--offline: default ~/.hetpool (or the config / HETPOOL_DATA_DIR)"),
+        database_url: str = typer.Option(None, "--database-url", help="--offline: default SQLite in the data dir"),
+        key_file: Path = typer.Option(None, "--key-file", help="--offline: default <data-dir>/audit.key"),
+        checkpoints: list[Path] = typer.Option(None, "--checkpoints", help="--offline: checkpoint file(s); default in the data dir"),
+        logs: list[Path] = typer.Option(None, "--log", help="--offline: server log file(s) holding 'audit checkpoint' lines"),
+        url: str = UrlOpt,
+        token: str = TokenOpt,
+        output: OutputFormat = OutOpt,
+    ) -> None:
+        """Check the audit hash chain against the checkpoints; exit 1 and name the first bad event if broken."""
+        if offline:
+            where = {"config": config, "data_dir": data_dir, "database_url": database_url, "key_file": key_file}
+            result = verify_offline(**where, checkpoints=checkpoints or None, logs=logs or [])
+        else:
+            if any(v for v in (config, data_dir, database_url, key_file, checkpoints, logs)):
+                raise typer.BadParameter("--config, --data-dir, --database-url, --key-file, --checkpoints and --log go with --offline")
+            with _client(url, token) as client:
+                result = client.audit_verify()
+        show_verify(result, output)
+
+    @audit_app.command("checkpoint")
+    @handles_errors
+    def audit_checkpoint(url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutOpt) -> None:
+        """Checkpoint the audit chain head now (platform-admin, auditor); refused if the trail broke since the last one."""
         with _client(url, token) as client:
-            result = client.audit_verify()
-        if not emit_data(result, output):
-            if result["ok"]:
-                console.print(f"[green]audit chain intact[/green]: {result['events']} events")
-            else:
-                console.print(f"[red]audit chain broken[/red] at event {result['first_bad_event']}: {result['problem']}")
-        if not result["ok"]:
-            raise typer.Exit(1)
+            cp = client.audit_checkpoint()
+        if not emit_data(cp, output):
+            what = f"checkpoint {cp['seq']} written to {cp['file']}" if cp["written"] else f"nothing new since checkpoint {cp['seq']}"
+            console.print(f"{what}: event {cp['event_id']} ({cp['events']} events), {cp['ts']}", highlight=False)

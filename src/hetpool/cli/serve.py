@@ -79,7 +79,10 @@ def serve(
         raise SystemExit(f"error: {exc}") from None
     configure_logging(settings.log_format, settings.log_level)
     host, port = settings.host, settings.port
-    ctx = make_context(settings)
+    try:
+        ctx = make_context(settings)
+    except ConfigError as exc:  # an unsafe or missing audit key file (services/audit_anchor.py)
+        raise SystemExit(f"error: {exc}") from None
     with ctx.db.transaction() as session:
         token = auth.ensure_admin(session, ctx.clock.now())
     url = f"http://{host}:{port}"

@@ -96,6 +96,9 @@ class HetpoolClient:
     def audit_verify(self) -> dict:
         return self._request("GET", "/api/v1/audit/verify")
 
+    def audit_checkpoint(self) -> dict:
+        return self._request("POST", "/api/v1/audit/checkpoints")
+
     def audit_export(self, fmt: str = "jsonl", **filters: Any) -> Iterator[bytes]:
         """The export as it streams in (JSON lines or CSV), filtered like `audit_events`."""
         params = {"format": fmt, **{k: v for k, v in filters.items() if v is not None}}

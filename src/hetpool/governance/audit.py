@@ -11,7 +11,7 @@ import json
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 GENESIS_HASH = "0" * 64
 
@@ -39,6 +39,14 @@ class ChainHead:
     hash: str
 
 
+class Anchor(Protocol):
+    """Checks beyond the chain itself (governance/audit_anchor.py: checkpoints under a key)."""
+
+    def check(self, event_id: int, stored_hash: str) -> ChainBreak | None: ...
+
+    def at_end(self, last_id: int | None) -> ChainBreak | None: ...
+
+
 _RECENT = 1024
 
 
@@ -62,6 +70,7 @@ def verify_chain(
     events: Iterable[tuple[int, str, str, dict[str, Any]]],
     head: ChainHead | None = None,
     latest_head: Callable[[], ChainHead | None] | None = None,
+    anchor: Anchor | None = None,
 ) -> ChainBreak | None:
     """Events as (id, prev_hash, hash, fields) in id order; None when the chain holds.
 
@@ -69,7 +78,7 @@ def verify_chain(
     past the head was not written by hetpool, and a head event that is gone means the
     trail was truncated. Events may be written while the trail is read, so an event past
     the head is checked again against `latest_head()`. The break named is the first bad
-    event in id order."""
+    event in id order. With an `anchor`, each good event and the end are checked against it too."""
     expected_prev, previous_id = GENESIS_HASH, None
     newest = head
     # Hashes of the latest events: an event linking back past its predecessor shows that
@@ -95,9 +104,12 @@ def verify_chain(
             return ChainBreak(event_id, "content does not match its hash (the event was modified)")
         if head is not None and event_id == head.last_id and stored_hash != head.hash:
             return ChainBreak(event_id, "hash differs from the one recorded when it was written (the event was modified)")
+        anchored = anchor.check(event_id, stored_hash) if anchor is not None else None
+        if anchored is not None:
+            return anchored
         expected_prev, previous_id = stored_hash, event_id
         recent.append((event_id, stored_hash))
     if head is not None and (previous_id is None or previous_id < head.last_id):
         end = f"ends at event {previous_id}" if previous_id is not None else "is empty"
         return ChainBreak(head.last_id, f"missing: event {head.last_id} was the last one recorded, but the trail {end} (deleted)")
-    return None
+    return anchor.at_end(previous_id) if anchor is not None else None

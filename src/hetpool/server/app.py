@@ -38,6 +38,7 @@ from hetpool.server.security import install as install_security
 from hetpool.server.services.connector_sync import sync_due
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.settings import Settings
+from hetpool.server.workers.audit_checkpoint import final_checkpoint
 from hetpool.server.workers.loop import WorkerLoop
 from hetpool.web.routes import install as install_dashboard
 
@@ -50,7 +51,6 @@ _STATUS = {
     "conflict": 409,
     "invalid_transition": 409,
     "permission_denied": 403,
-    "separation_of_duties": 403,
     "backend_unavailable": 502,
     "budget_exceeded": 403,
 }
@@ -60,12 +60,15 @@ def make_context(settings: Settings) -> ServiceContext:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     db = Database(settings.resolved_database_url())
     db.migrate()
-    return ServiceContext(settings=settings, db=db, backends={"local": LocalBackend(settings.backend_dir / "local")})
+    ctx = ServiceContext(settings=settings, db=db, backends={"local": LocalBackend(settings.backend_dir / "local")})
+    ctx.audit_anchor.key  # noqa: B018 -- made at first start; an unsafe key file refuses the start (AuditKeyError)
+    return ctx
 
 
 def create_app(settings: Settings | None = None, ctx: ServiceContext | None = None) -> FastAPI:
     settings = settings or (ctx.settings if ctx else Settings())
     ctx = ctx or make_context(settings)
+    ctx.audit_anchor.key  # noqa: B018 -- as in make_context, for a context built elsewhere
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -83,8 +86,11 @@ def create_app(settings: Settings | None = None, ctx: ServiceContext | None = No
         try:
             yield
         finally:
+            leading = bool(loops) and loops[0].is_leader()  # read before stop() hands the lease over
             for loop in loops:
                 loop.stop()
+            if leading:
+                final_checkpoint(ctx)  # the events since the last periodic checkpoint
 
     app = FastAPI(
         title="hetpool",

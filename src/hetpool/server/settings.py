@@ -41,6 +41,10 @@ class Settings(BaseSettings):
     oidc_audience: str = Field(default="", description="expected 'aud'; required with an issuer (else tokens minted for other apps would pass)")
     oidc_jwks: str = Field(default="", description="the issuer's JWKS: a file path or an https URL")
     oidc_username_claim: str = Field(default="preferred_username", description="claim naming the hetpool user")
+    # Audit checkpoints under a key outside the database (services/audit_anchor.py, docs/governance.md#audit).
+    audit_key_file: Path | None = Field(default=None, description="checkpoint HMAC key, mode 600; default data_dir/audit.key, made at first start")
+    audit_checkpoint_file: Path | None = Field(default=None, description="append-only checkpoint file; default data_dir/audit-checkpoints.jsonl")
+    audit_checkpoint_interval_s: float = Field(default=60.0, gt=0, le=86400, description="how often the leader checkpoints the audit chain head")
 
     def resolved_database_url(self) -> str:
         if self.database_url:

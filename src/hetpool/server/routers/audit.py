@@ -1,4 +1,5 @@
-"""The audit trail: read and export with filters, verify the hash chain."""
+"""The audit trail: read and export with filters, verify the hash chain and its checkpoints,
+take a checkpoint (platform-admin and auditor: it attests what is there, changes nothing)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.responses import StreamingResponse
 
 from hetpool.server.deps import get_ctx, get_principal, requires
-from hetpool.server.schemas.bodies import AuditVerifyResponse
+from hetpool.server.schemas.audit_anchor import AnchoredVerifyResponse, CheckpointResponse
 from hetpool.server.services import audit as audit_service
+from hetpool.server.services import audit_anchor
 from hetpool.server.services.auth import Principal
 from hetpool.server.services.context import ServiceContext
 
@@ -62,11 +64,17 @@ def export(
     return StreamingResponse(audit_service.export_lines(ctx.db, flt, format), media_type=_MEDIA[format], headers=headers)
 
 
-@router.get("/verify", response_model=AuditVerifyResponse, summary="Check the hash chain")
+@router.get("/verify", response_model=AnchoredVerifyResponse, summary="Check the hash chain and the checkpoints")
 def verify(ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get_principal)) -> dict:
+    # Checkpoints first: every one read was taken of a head the trail read next must contain.
+    checkpoints, problem = ctx.audit_anchor.read()
     with ctx.db.transaction() as session:
-        broken = audit_service.verify(session)
-        total = audit_service.count(session)
-    if broken is None:
-        return {"ok": True, "events": total}
-    return {"ok": False, "events": total, "first_bad_event": broken.event_id, "problem": broken.problem}
+        return audit_anchor.verify(session, checkpoints, problem)
+
+
+@router.post("/checkpoints", response_model=CheckpointResponse, summary="Checkpoint the chain head now (409 if the trail broke since the last one)")
+def checkpoint(ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get_principal)) -> dict:
+    result = ctx.audit_anchor.checkpoint(ctx.db, ctx.clock.now())
+    cp = result.checkpoint
+    info = {"seq": cp.seq, "ts": cp.ts, "event_id": cp.event_id, "event_hash": cp.event_hash, "events": cp.events}
+    return {**info, "written": result.written, "file": str(ctx.audit_anchor.checkpoint_file)}

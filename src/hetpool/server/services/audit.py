@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from hetpool.core.errors import SpecError
 from hetpool.core.units import parse_duration
-from hetpool.governance.audit import GENESIS_HASH, ChainBreak, ChainHead, canonical_json, event_hash, verify_chain
+from hetpool.governance.audit import GENESIS_HASH, Anchor, ChainBreak, ChainHead, canonical_json, event_hash, verify_chain
 from hetpool.server.db.models import AuditEventRow
 from hetpool.server.db.models_audit import AuditHeadRow
 
@@ -29,7 +29,7 @@ def _ts_text(ts: datetime) -> str:
     return ts.isoformat(timespec="microseconds")
 
 
-def _hashed_fields(row: AuditEventRow) -> dict[str, Any]:
+def hashed_fields(row: AuditEventRow) -> dict[str, Any]:
     return {
         "ts": _ts_text(row.ts),
         "actor": row.actor,
@@ -77,7 +77,7 @@ def record(
         prev_hash=last or GENESIS_HASH,
         hash="",
     )
-    row.hash = event_hash(row.prev_hash, _hashed_fields(row))
+    row.hash = event_hash(row.prev_hash, hashed_fields(row))
     session.add(row)
     session.flush()
     if head is None:
@@ -89,7 +89,7 @@ def record(
     return row
 
 
-def _head(session: Session) -> ChainHead | None:
+def head(session: Session) -> ChainHead | None:
     found = session.execute(select(AuditHeadRow.last_id, AuditHeadRow.hash).where(AuditHeadRow.id == 1)).first()
     return ChainHead(found[0], found[1]) if found else None
 
@@ -121,17 +121,44 @@ def _paged(session: Session, stmt, page: int = _PAGE) -> Iterator:
         after = rows[-1].id
 
 
-def verify(session: Session) -> ChainBreak | None:
+def verify(session: Session, anchor: Anchor | None = None) -> ChainBreak | None:
+    """The first break of the whole trail; with an `anchor`, also against its checkpoints."""
     # On PostgreSQL each statement sees what was committed by then: an event past the head
     # read first is checked against the head as it is now before it is called inserted.
-    head = _head(session)
+    found = head(session)
     events = _paged(session, select(*_EVENT_COLUMNS).order_by(AuditEventRow.id))
-    if head is None:
+    if found is None:
         last = session.execute(select(func.max(AuditEventRow.id))).scalar()
-        head = _head(session)  # the first event may have been written meanwhile
-        if last is not None and head is None:
+        found = head(session)  # the first event may have been written meanwhile
+        if last is not None and found is None:
             return ChainBreak(last, "the chain head record is missing (deleted?): the end of the trail cannot be checked")
-    return verify_chain(((r.id, r.prev_hash, r.hash, _hashed_fields(r)) for r in events), head, lambda: _head(session))
+    rows = ((r.id, r.prev_hash, r.hash, hashed_fields(r)) for r in events)
+    return verify_chain(rows, found, lambda: head(session), anchor)
+
+
+def verify_since(session: Session, event_id: int, event_hash_: str, until: ChainHead) -> ChainBreak | None:
+    """Whether the trail from `event_id` (known to have had `event_hash_`) to `until` still
+    links up: what a new checkpoint needs, without walking the whole trail again."""
+    if until.last_id < event_id:
+        return ChainBreak(until.last_id + 1, f"missing: the chain head is at event {until.last_id}, before checkpointed event {event_id} (deleted)")
+    stmt = select(*_EVENT_COLUMNS).where(AuditEventRow.id >= event_id, AuditEventRow.id <= until.last_id).order_by(AuditEventRow.id)
+    expected_id, expected_prev = event_id, None
+    for r in _paged(session, stmt):
+        if r.id != expected_id:
+            return ChainBreak(expected_id, f"missing: event {expected_id} is no longer in the trail (deleted)")
+        if r.id == event_id and r.hash != event_hash_:
+            return ChainBreak(r.id, "hash differs from the last checkpoint (the trail was rewritten and re-hashed)")
+        if expected_prev is not None and r.prev_hash != expected_prev:
+            return ChainBreak(r.id, "previous-hash link broken (an event before it was changed, inserted or deleted)")
+        if event_hash(r.prev_hash, hashed_fields(r)) != r.hash:
+            return ChainBreak(r.id, "content does not match its hash (the event was modified)")
+        expected_id, expected_prev = r.id + 1, r.hash
+    if expected_id <= until.last_id:
+        end = f"the trail ends at event {expected_id - 1}"
+        return ChainBreak(expected_id, f"missing: event {until.last_id} was the last one recorded, but {end} (deleted)")
+    if expected_prev != until.hash:
+        return ChainBreak(until.last_id, "hash differs from the one recorded when it was written (the event was modified)")
+    return None
 
 
 def count(session: Session) -> int:
@@ -192,9 +219,13 @@ def parse_time(value: str | None, now: datetime, field: str) -> datetime | None:
     except ValueError:
         try:
             return now - timedelta(seconds=parse_duration(text_value))
-        except ValueError:
+        except (ValueError, OverflowError):  # OverflowError: a duration reaching back before year 1
             raise SpecError(f"{field}: expected an ISO time such as 2026-11-30T12:00:00Z or a duration back from now such as 2h") from None
-    return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
+    ts = ts if ts.tzinfo else ts.replace(tzinfo=UTC)
+    try:
+        return ts.astimezone(UTC)  # the query compares in UTC: 0001-01-01T00:00+14:00 is before year 1 there
+    except OverflowError:
+        raise SpecError(f"{field}: {text_value!r} is outside the years 1 to 9999 in UTC") from None
 
 
 def list_events(session: Session, flt: EventFilter, *, after_id: int = 0, limit: int = 500) -> list[dict]:

@@ -12,6 +12,7 @@ from hetpool.catalog.devices import DeviceCatalog
 from hetpool.core.clock import Clock
 from hetpool.core.inventory import ClusterSpec
 from hetpool.server.db.session import Database
+from hetpool.server.services.audit_anchor import AuditAnchor
 from hetpool.server.settings import Settings
 
 
@@ -32,6 +33,11 @@ class ServiceContext:
         from hetpool.server.services.hot_path import HotPathCache
 
         return HotPathCache()
+
+    @cached_property
+    def audit_anchor(self) -> AuditAnchor:
+        """The audit checkpoint key and file (services/audit_anchor.py)."""
+        return AuditAnchor.from_settings(self.settings)
 
     @cached_property
     def compat(self) -> CompatibilityKB:

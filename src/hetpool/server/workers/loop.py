@@ -12,6 +12,7 @@ from hetpool.server.metrics import worker_metrics
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.nodes import mark_offline
 from hetpool.server.workers.approvals import expire_approvals
+from hetpool.server.workers.audit_checkpoint import checkpoint_audit
 from hetpool.server.workers.cost import accrue_usage
 from hetpool.server.workers.dispatcher import dispatch_once
 from hetpool.server.workers.reclaim import reclaim_once
@@ -21,7 +22,7 @@ from hetpool.server.workers.scheduler import schedule_once
 log = logging.getLogger(__name__)
 
 
-WORKER_STEPS = (mark_offline, expire_approvals, schedule_once, dispatch_once, reconcile_once, reclaim_once, accrue_usage)
+WORKER_STEPS = (mark_offline, expire_approvals, schedule_once, dispatch_once, reconcile_once, reclaim_once, accrue_usage, checkpoint_audit)
 
 
 def run_pass(ctx: ServiceContext, steps=WORKER_STEPS, still_leader=None) -> bool:
