@@ -51,6 +51,7 @@ _STATUS = {
     "conflict": 409,
     "invalid_transition": 409,
     "permission_denied": 403,
+    "separation_of_duties": 403,
     "backend_unavailable": 502,
     "budget_exceeded": 403,
 }
