@@ -7,9 +7,9 @@ the unit that quotas, reservations and fallback lists refer to.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, StringConstraints, field_validator, model_validator
 
 from hetpool.core.base import Name, ObjectSpec, SpecModel
 from hetpool.core.limits import (
@@ -169,6 +169,9 @@ class NodeSpec(ObjectSpec):
     devices: list[DeviceGroup] = []
     stack: SoftwareStack | None = None
     schedulable: bool = True
+    # The one agent user that may register and heartbeat this node; None: the operator's
+    # (or a connector's) alone. Set by the server when an agent registers a new node.
+    agent: str | None = Field(default=None, min_length=1, max_length=64, description="the agent user that reports for this node")
 
     @model_validator(mode="after")
     def _unique_models(self) -> NodeSpec:
@@ -193,6 +196,11 @@ class PoolSpec(ObjectSpec):
     price_per_hour: Price = Field(default=0.0, description="per device per hour, at most 1,000,000")
     reserved_for: Reservation | None = None
     shareable: bool = False
+    agents: list[Annotated[str, StringConstraints(min_length=1, max_length=64)]] = Field(
+        default=[],
+        max_length=1000,
+        description="agent users that may add their own nodes to this pool",
+    )
 
     @field_validator("nodes")
     @classmethod

@@ -51,6 +51,8 @@ _STATUS = {
     "conflict": 409,
     "invalid_transition": 409,
     "permission_denied": 403,
+    "node_not_owned": 403,  # an agent reporting for a node that is not its own (services/agent_nodes.py)
+    "pool_not_open": 403,
     "separation_of_duties": 403,
     "backend_unavailable": 502,
     "budget_exceeded": 403,

@@ -39,6 +39,9 @@ class InventoryObjectRow(Base):
     generation: Mapped[int] = mapped_column(Integer, default=1)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # Nodes only: the agent user that may report for it (the user named by spec.agent,
+    # pinned by id so a later user of the same name inherits nothing; migration 0008c).
+    agent_user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"), nullable=True, index=True)
 
 
 class TaskRow(Base):

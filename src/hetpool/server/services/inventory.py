@@ -24,6 +24,7 @@ from hetpool.core.tasks import TaskTemplateSpec
 from hetpool.core.tenancy import TenantSpec
 from hetpool.server.db.models import InventoryObjectRow, PlacementRow, TaskRow
 from hetpool.server.services import audit
+from hetpool.server.services.agent_nodes import assigned_agent_ids
 from hetpool.server.services.context import ServiceContext
 
 INVENTORY_KINDS = [k for k in APPLY_ORDER if k != "Task"]
@@ -197,6 +198,8 @@ def apply_specs(ctx: ServiceContext, session: Session, specs: list[BaseModel], a
         inv.add(spec)
     for spec in ordered:
         problems.extend(_check_references(inv, spec))
+    agent_ids, agent_problems = assigned_agent_ids(session, [s for s in ordered if isinstance(s, NodeSpec)])
+    problems.extend(agent_problems)
     if problems:
         raise SpecError(
             f"{len(problems)} problem(s) in the input; nothing was applied: {problems[0]['loc']}: {problems[0]['msg']}",
@@ -236,6 +239,8 @@ def apply_specs(ctx: ServiceContext, session: Session, specs: list[BaseModel], a
                 session, actor=actor, action="inventory.update", object_kind=spec.kind, object_id=spec.name, before=before, after=document, ts=now
             )
             results.append({"kind": spec.kind, "name": spec.name, "action": "configured"})
+        if isinstance(spec, NodeSpec):  # who may report for it: the agent the spec names, by id
+            row.agent_user_id = agent_ids.get(spec.agent) if spec.agent else None
     session.flush()
     return results
 

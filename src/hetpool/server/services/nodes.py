@@ -12,13 +12,14 @@ from sqlalchemy.orm import Session
 from hetpool.core.errors import NotFoundError, SpecError
 from hetpool.core.specs import parse_spec, spec_to_document
 from hetpool.server.db.models import InventoryObjectRow, NodeStatusRow
-from hetpool.server.services import audit
+from hetpool.server.services import agent_nodes, audit
+from hetpool.server.services.agent_nodes import AGENT_SOURCE as AGENT
+from hetpool.server.services.auth import Principal
 from hetpool.server.services.auto_pools import AUTO_POOL_LABEL, ensure_in_pool, stage_pool
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.inventory import apply_specs, delete_object, load_inventory
 
 READY, OFFLINE = "ready", "offline"
-AGENT = "agent"  # NodeStatusRow.source for nodes reported by a host agent
 HEALTH_VALUES = ("ok", "warning", "abnormal", "unknown")
 
 
@@ -27,14 +28,23 @@ def _aware(ts: datetime) -> datetime:
 
 
 def register(
-    ctx: ServiceContext, session: Session, node_doc: dict, pool: str | None, actor: str, agent_version: str, models: list[dict] = ()
+    ctx: ServiceContext, session: Session, node_doc: dict, pool: str | None, caller: Principal, agent_version: str, models: list[dict] = ()
 ) -> dict:
     """Create or update the agent's Node (and add it to `pool`), then record it as ready.
+
+    An agent registers only its own nodes (agent_nodes: a new name becomes its own; an
+    operator's, another agent's or a connector's node raises NodeNotOwnedError) and joins
+    an operator's pool only when the pool names it.
 
     `models` registers devices the catalog does not know as placeholder DeviceModels, so
     they are shown and counted rather than dropped. An agent may only add `unknown-…`
     models: it must not redefine a catalog entry.
     """
+    actor = caller.name
+    spec = agent_nodes.claim(caller, parse_spec({**node_doc, "kind": "Node"}, "node"))
+    refused = agent_nodes.refusal(session, caller, spec.name)
+    if refused is not None:
+        raise refused.error()
     placeholders = []
     known = load_inventory(ctx, session).catalog if models else None
     for i, doc in enumerate(models):
@@ -44,7 +54,6 @@ def register(
         placeholder = parse_spec({**doc, "kind": "DeviceModel", "verified": False}, f"models[{i}]")
         if name not in known:  # never overwrite a model an operator has since described properly
             placeholders.append(placeholder)
-    spec = parse_spec({**node_doc, "kind": "Node"}, "node")
     specs: list = [*placeholders, spec]
     inv = load_inventory(ctx, session)
     for model in placeholders:
@@ -55,6 +64,7 @@ def register(
         existing = inv.pools.get(pool)
         if existing is None:
             raise SpecError(f"pool: unknown pool {pool!r}; known: {', '.join(sorted(inv.pools)) or 'none'}")
+        agent_nodes.check_pool(caller, existing, spec.name)
         # Named explicitly: the node leaves the automatic pool it may have joined before.
         for other in list(inv.pools.values()):
             if other.labels.get(AUTO_POOL_LABEL) == "true" and other.model == existing.model and spec.name in other.nodes:
@@ -68,14 +78,18 @@ def register(
     for name in [s for s in specs if isinstance(s, str)]:
         delete_object(ctx, session, "Pool", name, actor)
     results = apply_specs(ctx, session, [s for s in specs if not isinstance(s, str)], actor)
-    heartbeat(ctx, session, spec.name, [], actor, agent_version)
+    heartbeat(ctx, session, spec.name, [], caller, agent_version)
     return {"node": spec_to_document(spec), "results": results}
 
 
-def heartbeat(ctx: ServiceContext, session: Session, node: str, devices: list[dict], actor: str, agent_version: str) -> NodeStatusRow:
+def heartbeat(ctx: ServiceContext, session: Session, node: str, devices: list[dict], caller: Principal, agent_version: str) -> NodeStatusRow:
+    actor = caller.name
     exists = session.execute(select(InventoryObjectRow.id).where(InventoryObjectRow.kind == "Node", InventoryObjectRow.name == node)).scalar()
     if exists is None:
         raise NotFoundError(f"node {node!r} is not registered; run the agent's registration first")
+    refused = agent_nodes.refusal(session, caller, node)
+    if refused is not None:
+        raise refused.error()
     for i, device in enumerate(devices):
         if device.get("health", "ok") not in HEALTH_VALUES:
             raise SpecError(f"devices[{i}].health: must be one of {', '.join(HEALTH_VALUES)}")
