@@ -1,16 +1,22 @@
 #!/usr/bin/env bash
 # Start / stop a throwaway PostgreSQL for tests and demos (no systemd; stopped by its own pg_ctl).
-#   deploy/postgres.sh start   -> prints the SQLAlchemy URL on stdout
+#   deploy/postgres.sh start   -> prints the SQLAlchemy URL (with the password) on stdout
 #   deploy/postgres.sh stop
 #   deploy/postgres.sh url
 # Facts used: ../shared/reference/real-backends.md (initdb refuses root; data dir must be
 # traversable by the postgres user, so it lives under /tmp, not /root).
+#
+# Password auth (scram-sha-256) on TCP, never `trust`: any local process — a hetpool task
+# included — can reach 127.0.0.1, so the port alone must not let it in. The generated
+# password is in $BASE/password (mode 600, owned by whoever started the server; $BASE is
+# 700). The local socket keeps peer auth: only the postgres OS user gets in that way.
+# A data dir made by an older version of this script (trust) is switched over on start.
 set -euo pipefail
 
 PORT="${HETPOOL_PG_PORT:-55432}"
 BASE="${HETPOOL_PG_DIR:-/tmp/hetpool-pg-$PORT}"
 DB="${HETPOOL_PG_DB:-hetpool}"
-URL="postgresql+psycopg://postgres@127.0.0.1:$PORT/$DB"
+PWFILE="$BASE/password"
 
 find_bin() {
   # Debian keeps the server binaries (initdb, pg_ctl, psql, createdb together) here.
@@ -32,24 +38,73 @@ as_postgres() {
   if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
 }
 
+password() {
+  # Letters and digits only: it goes into a URL unescaped.
+  if [ ! -s "$PWFILE" ]; then
+    (umask 077; head -c 64 /dev/urandom | base64 | tr -dc 'A-Za-z0-9' | head -c 32 >"$PWFILE.tmp")
+    mv "$PWFILE.tmp" "$PWFILE"
+    echo "postgres: generated the superuser password in $PWFILE (mode 600)" >&2
+  fi
+  chmod 600 "$PWFILE"
+  cat "$PWFILE"
+}
+
+url() {
+  echo "postgresql+psycopg://postgres:$(password)@127.0.0.1:$PORT/$DB"
+}
+
+write_hba() {
+  # TCP: password only. Socket: peer (the postgres OS user) when started as root.
+  local hba="$BASE/data/pg_hba.conf" local_auth=peer
+  [ "$(id -u)" = 0 ] || local_auth=scram-sha-256
+  printf '%s\n' \
+    '# written by hetpool deploy/postgres.sh: no trust anywhere' \
+    "local all all $local_auth" \
+    'host all all 127.0.0.1/32 scram-sha-256' \
+    'host all all ::1/128 scram-sha-256' >"$hba.tmp"
+  [ "$(id -u)" = 0 ] && chown postgres:postgres "$hba.tmp"
+  chmod 600 "$hba.tmp"
+  mv "$hba.tmp" "$hba"
+}
+
+psql_tcp() {
+  # The password goes in by environment (never on a command line, where ps shows it).
+  local bin=$1; shift
+  PGPASSWORD=$(password) as_postgres "$bin/psql" -h 127.0.0.1 -p "$PORT" -U postgres "$@"
+}
+
 start() {
   install_if_missing
   local bin; bin=$(find_bin)
   mkdir -p "$BASE"
   [ "$(id -u)" = 0 ] && chown postgres:postgres "$BASE"
+  chmod 700 "$BASE"  # the password file and the socket: not for tasks
+  password >/dev/null
   if [ ! -f "$BASE/data/PG_VERSION" ]; then
-    as_postgres "$bin/initdb" -D "$BASE/data" -U postgres -A trust -E UTF8 --no-sync >"$BASE/initdb.log" 2>&1 \
-      || { cat "$BASE/initdb.log" >&2; exit 1; }
+    (umask 077; password >"$BASE/.pwinit")
+    [ "$(id -u)" = 0 ] && chown postgres "$BASE/.pwinit"
+    as_postgres "$bin/initdb" -D "$BASE/data" -U postgres --pwfile="$BASE/.pwinit" --auth-host=scram-sha-256 \
+      --auth-local="$([ "$(id -u)" = 0 ] && echo peer || echo scram-sha-256)" -E UTF8 --no-sync >"$BASE/initdb.log" 2>&1 \
+      || { rm -f "$BASE/.pwinit"; cat "$BASE/initdb.log" >&2; exit 1; }
+    rm -f "$BASE/.pwinit"
   fi
   if ! as_postgres "$bin/pg_ctl" -D "$BASE/data" status >/dev/null 2>&1; then
     as_postgres "$bin/pg_ctl" -D "$BASE/data" -w -l "$BASE/server.log" \
-      -o "-k $BASE -h 127.0.0.1 -p $PORT -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200" \
+      -o "-k $BASE -h 127.0.0.1 -p $PORT -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200 -c password_encryption=scram-sha-256" \
       start >&2 || { cat "$BASE/server.log" >&2; exit 1; }
   fi
-  if ! as_postgres "$bin/psql" -h 127.0.0.1 -p "$PORT" -U postgres -tAc "SELECT 1 FROM pg_database WHERE datname='$DB'" | grep -q 1; then
-    as_postgres "$bin/createdb" -h 127.0.0.1 -p "$PORT" -U postgres "$DB"
+  if grep -qE '^[^#]*[[:space:]]trust([[:space:]]|$)' "$BASE/data/pg_hba.conf"; then
+    # Made by an older version of this script: set the password while trust still lets us
+    # in (stdin, not a command line), then allow only password auth on TCP.
+    echo "postgres: $BASE/data allowed trust auth; switching it to scram-sha-256" >&2
+    printf "ALTER USER postgres PASSWORD '%s';\n" "$(password)" | psql_tcp "$bin" -q -d postgres -v ON_ERROR_STOP=1 >/dev/null
+    write_hba
+    as_postgres "$bin/pg_ctl" -D "$BASE/data" reload >&2
   fi
-  echo "$URL"
+  if ! psql_tcp "$bin" -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname='$DB'" | grep -q 1; then
+    psql_tcp "$bin" -d postgres -q -c "CREATE DATABASE \"$DB\""
+  fi
+  url
 }
 
 stop() {
@@ -62,6 +117,6 @@ stop() {
 case "${1:-start}" in
   start) start ;;
   stop) stop ;;
-  url) echo "$URL" ;;
+  url) url ;;
   *) echo "usage: $0 start|stop|url" >&2; exit 2 ;;
 esac

@@ -89,6 +89,15 @@ def worker_dir(backend: LocalBackend, handle: JobHandle, rank: int) -> Path:
     return backend.work_dir / "jobs" / handle.job_id / f"worker-{rank}"
 
 
+def task_dir(backend: LocalBackend, handle: JobHandle, rank: int = 0) -> Path:
+    """The command's own working directory (outside the control tree; gone when it ends)."""
+    return wait_for(lambda: backend.workdir(handle, rank), f"{handle.job_id} rank {rank} to get a working directory")  # type: ignore[return-value]
+
+
+def ranks_logged(backend: LocalBackend, handle: JobHandle, ranks: int) -> list[str]:
+    return sorted(line for r in range(ranks) for line in read_all(backend, handle, r).split())
+
+
 def read_all(backend: LocalBackend, handle: JobHandle, rank: int = 0) -> str:
     return backend.logs(handle, rank=rank, limit=1 << 20).text
 
@@ -113,8 +122,10 @@ def test_success_reports_exit_zero_and_logs(backend: LocalBackend) -> None:
     status = wait_terminal(backend, handle)
     assert status.phase is JobPhase.SUCCEEDED and status.exit_code == 0
     chunk = backend.logs(handle)
-    assert chunk.text.splitlines() == ["hello hi", "oops", str(worker_dir(backend, handle, 0))]
+    workdir = backend.workdir(handle, 0)
+    assert chunk.text.splitlines() == ["hello hi", "oops", str(workdir)]
     assert chunk.complete
+    assert not workdir.exists(), "the working directory is deleted when the command ends"
     assert (backend.work_dir / "jobs" / handle.job_id / "request.json").is_file()
     # Finished runners are reaped, not left as zombies of the server.
     wait_for(lambda: backend.poll([handle]) and not zombie_children(), "runners to be reaped")
@@ -146,10 +157,10 @@ def test_visible_devices_and_gang_variables(backend: LocalBackend) -> None:
 
 def test_cancel_kills_command_and_its_children(backend: LocalBackend) -> None:
     handle = backend.submit(request("long", "sleep 60 & echo $! > child.pid; sleep 60"))
-    wdir = worker_dir(backend, handle, 0)
+    wdir = task_dir(backend, handle)
     wait_for(lambda: (wdir / "child.pid").exists() and (wdir / "child.pid").read_text().strip(), "the child")
     assert backend.poll([handle])[handle.job_id].phase is JobPhase.RUNNING
-    runner_pid = int((wdir / "pid").read_text())
+    runner_pid = int((worker_dir(backend, handle, 0) / "pid").read_text())
     child_pid = int((wdir / "child.pid").read_text())
 
     started = time.monotonic()
@@ -173,14 +184,14 @@ def test_cancel_escalates_to_sigkill_when_sigterm_is_ignored(backend: LocalBacke
     wait_for(lambda: gone(runner_pid), "the runner to end")
 
 
-def test_submit_twice_starts_each_worker_once(backend: LocalBackend, tmp_path: Path) -> None:
-    shared = tmp_path / "shared.txt"
-    req = request("once", f'echo "$HETPOOL_WORKER_RANK" >> {shared}; sleep 0.3', [worker(0), worker(1)])
+def test_submit_twice_starts_each_worker_once(backend: LocalBackend) -> None:
+    # Every start appends to the worker's log: a second start would print its rank twice.
+    req = request("once", 'echo "$HETPOOL_WORKER_RANK"; sleep 0.3', [worker(0), worker(1)])
     first = backend.submit(req)
     assert backend.submit(req) == first
     assert LocalBackend(backend.work_dir).submit(req) == first  # also across a restart
     assert wait_terminal(backend, first).phase is JobPhase.SUCCEEDED
-    assert sorted(shared.read_text().split()) == ["0", "1"]
+    assert ranks_logged(backend, first, 2) == ["0", "1"]
 
 
 class _CrashAfterFirstWorker(LocalBackend):
@@ -192,16 +203,15 @@ class _CrashAfterFirstWorker(LocalBackend):
         super()._spawn(job_dir, wdir, rank)
 
 
-def test_resubmit_after_crash_halfway_through_a_gang(backend: LocalBackend, tmp_path: Path) -> None:
-    shared = tmp_path / "shared.txt"
-    req = request("halfway", f'echo "$HETPOOL_WORKER_RANK" >> {shared}', [worker(0), worker(1), worker(2)])
+def test_resubmit_after_crash_halfway_through_a_gang(backend: LocalBackend) -> None:
+    req = request("halfway", 'echo "$HETPOOL_WORKER_RANK"', [worker(0), worker(1), worker(2)])
     with pytest.raises(RuntimeError):
         _CrashAfterFirstWorker(backend.work_dir).submit(req)
     handle = backend.find("halfway", 1)
     assert handle is not None
     assert backend.submit(req) == handle  # starts ranks 1 and 2 only
     assert wait_terminal(backend, handle).phase is JobPhase.SUCCEEDED
-    assert sorted(shared.read_text().split()) == ["0", "1", "2"]
+    assert ranks_logged(backend, handle, 3) == ["0", "1", "2"]
 
 
 def test_new_instance_takes_over_a_job_after_the_server_died(tmp_path: Path) -> None:
@@ -227,7 +237,7 @@ def test_new_instance_takes_over_a_job_after_the_server_died(tmp_path: Path) -> 
         assert backend.poll([handle])[handle.job_id].phase is JobPhase.RUNNING
         first = wait_for(lambda: (c := backend.logs(handle)).text and c, "the first output")
         assert first.text == "started\n" and not first.complete
-        (worker_dir(backend, handle, 0) / "release").touch()
+        (task_dir(backend, handle) / "release").touch()
         assert wait_terminal(backend, handle).phase is JobPhase.SUCCEEDED
         rest = backend.logs(handle, offset=first.offset)
         assert rest.text == "finished\n" and rest.complete
@@ -249,9 +259,9 @@ def test_unknown_jobs(backend: LocalBackend) -> None:
 def test_failed_gang_member_ends_the_job(backend: LocalBackend) -> None:
     command = 'if [ "$HETPOOL_WORKER_RANK" = 1 ]; then sleep 0.2; exit 4; fi; sleep 60 & echo $! > child.pid; wait'
     handle = backend.submit(request("gang", command, [worker(0), worker(1)]))
-    wdir0 = worker_dir(backend, handle, 0)
+    wdir0 = task_dir(backend, handle, 0)
     wait_for(lambda: (wdir0 / "child.pid").exists() and (wdir0 / "child.pid").read_text().strip(), "worker 0")
-    runner_pid, child_pid = int((wdir0 / "pid").read_text()), int((wdir0 / "child.pid").read_text())
+    runner_pid, child_pid = int((worker_dir(backend, handle, 0) / "pid").read_text()), int((wdir0 / "child.pid").read_text())
 
     status = wait_terminal(backend, handle)
     assert status.phase is JobPhase.FAILED
@@ -292,16 +302,25 @@ def test_logs_of_a_running_job_are_not_complete(backend: LocalBackend) -> None:
 
 
 def test_dead_runner_without_exit_code_fails_the_job(backend: LocalBackend) -> None:
-    handle = backend.submit(request("orphan", "echo up; sleep 60"))
+    handle = backend.submit(request("orphan", "echo up $$; sleep 60"))
     wait_for(lambda: backend.logs(handle).text, "the command to start")
+    command_pid = int(backend.logs(handle).text.split()[1])
     runner_pid = int((worker_dir(backend, handle, 0) / "pid").read_text())
+    workdir = backend.workdir(handle, 0)
     os.kill(runner_pid, signal.SIGKILL)  # as the OOM killer or a reboot would
     try:
         status = wait_terminal(backend, handle)
         assert status.phase is JobPhase.FAILED and status.exit_code is None
         assert "runner died" in status.message
+        # The server tears down what the runner could not: the orphaned command (its uid's
+        # processes) and the working directory.
+        wait_for(lambda: gone(command_pid), "the orphaned command to be killed")
+        assert not workdir.exists()
     finally:
-        os.killpg(runner_pid, signal.SIGKILL)  # the orphaned command still holds the group
+        try:
+            os.killpg(command_pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def test_tiny_log_limit_still_makes_progress(backend: LocalBackend) -> None:

@@ -2,15 +2,23 @@
 
 Each worker of a `LaunchRequest` is one detached supervisor (`runner.py`) that runs the
 command under ``/bin/sh -c`` with the vendor's visible-devices variable set to the assigned
-device indices. All state lives in files under ``<work_dir>/jobs/<job_name>/``, never in
-this object, so a restarted server (a new `LocalBackend` on the same work_dir) finds, polls,
-cancels and reads the logs of jobs that an earlier one started::
+device indices — as an identity that is never root nor the server's, in a working directory
+of its own, with a clean environment and resource limits (config.py, sandbox.py). All
+state lives in files under ``<work_dir>/`` (private to the server), never in this object,
+so a restarted server (a new `LocalBackend` on the same work_dir) finds, polls, cancels and
+reads the logs of jobs that an earlier one started::
 
-    request.json          the request and each worker's environment (written first)
-    worker-<rank>/pid     the runner's pid (the runner leads its own process group)
-    worker-<rank>/output.log   the command's stdout and stderr
-    worker-<rank>/exit_code    written by the runner when the command has ended
-    worker-<rank>/cancelled    marker: the worker was told to stop
+    jobs/<job_name>/request.json          the request, each worker's environment and the
+                                          run-as identity (written first, exactly once)
+    jobs/<job_name>/worker-<rank>/pid     the runner's pid (the runner leads its own group)
+    jobs/<job_name>/worker-<rank>/output.log   the command's stdout and stderr
+    jobs/<job_name>/worker-<rank>/exit_code    written by the runner when the command has ended
+    jobs/<job_name>/worker-<rank>/cancelled    marker: the worker was told to stop
+    jobs/<job_name>/worker-<rank>/uid, workdir, cleaned   the sandbox (lifecycle.py)
+    uids/<uid>                            leases of dynamic uids
+
+The command's working directory is ``<task_root>/<job_name>-w<rank>-<random>``, outside
+work_dir, and is deleted when the command ends.
 """
 
 from __future__ import annotations
@@ -41,6 +49,12 @@ from hetpool.backends.base import (
     job_name,
     worker_environment,
 )
+from hetpool.backends.local import lifecycle
+from hetpool.backends.local.config import Identity, parse_config, resolve_identity
+from hetpool.backends.local.files import create_exclusive, read_int, write_atomic
+from hetpool.backends.local.sandbox import TASK_PATH, check_task_root
+
+__all__ = ["LocalBackend", "create_exclusive", "write_atomic"]
 
 RUNNER_MODULE = "hetpool.backends.local.runner"
 # A worker without a pid file this long after request.json was written was never started
@@ -73,13 +87,17 @@ class LocalBackend(Backend, SupportsGang, SupportsLogStreaming, SupportsFraction
     # scheduler keeps their memory / compute shares within the device.
     kind = "local"
 
-    def __init__(self, work_dir: Path) -> None:
+    def __init__(self, work_dir: Path, config: dict[str, str] | None = None) -> None:
         # Absolute, because the path is part of the runner's command line, which is how a
         # live runner is told apart from an unrelated process that reused its pid.
         self.work_dir = Path(work_dir).resolve()
+        self.config = parse_config(dict(config or {}))  # LocalConfigError (a ValueError) names the key
         (self.work_dir / "jobs").mkdir(parents=True, exist_ok=True)
+        # The control tree holds every task's output and request: the server's alone.
+        os.chmod(self.work_dir, 0o700)
         self._children: list[subprocess.Popen[bytes]] = []
         self._lock = threading.Lock()
+        self._sudo_checked: set[str] = set()
 
     # -- the contract ---------------------------------------------------------------------
 
@@ -91,16 +109,26 @@ class LocalBackend(Backend, SupportsGang, SupportsLogStreaming, SupportsFraction
         if len(set(ranks)) != len(ranks):
             raise ValueError(f"{request.job_name}: duplicate worker ranks {sorted(ranks)}")
         job_dir = self._job_dir(request.job_name)
-        job_dir.mkdir(parents=True, exist_ok=True)
-        # The environment is computed once, here, and stored: every worker of the gang, even
-        # one started later by a restarted server, sees the same values (e.g. master port).
-        payload = {
-            "request": dataclasses.asdict(request),
-            "env": {str(w.rank): worker_environment(request, w) for w in request.workers},
-        }
-        # request.json is the exactly-once key: only the submit that creates it defines the
-        # job; a repeated submit uses what is stored and only starts workers never started.
-        create_exclusive(job_dir / "request.json", json.dumps(payload, indent=2))
+        if not (job_dir / "request.json").exists():
+            # Refused before anything is recorded: a task that cannot run as a proper
+            # identity fails with the reason (the dispatcher's message), never runs as us.
+            identity = resolve_identity(self.config, request.tenant)
+            task_root = check_task_root(self.config.task_root_for(self.work_dir), identity.via)
+            self._check_sudo(identity)
+            job_dir.mkdir(parents=True, exist_ok=True)
+            # The environment is computed once, here, and stored: every worker of the gang, even
+            # one started later by a restarted server, sees the same values (e.g. master port).
+            payload = {
+                "request": dataclasses.asdict(request),
+                "env": {str(w.rank): worker_environment(request, w) for w in request.workers},
+                "identity": identity.to_json(),
+                "task_root": str(task_root),
+                "limits": self.config.limits,
+                "passthrough": {k: os.environ[k] for k in ("LANG", *self.config.env_passthrough) if k in os.environ},
+            }
+            # request.json is the exactly-once key: only the submit that creates it defines the
+            # job; a repeated submit uses what is stored and only starts workers never started.
+            create_exclusive(job_dir / "request.json", json.dumps(payload, indent=2))
         stored = self._load(job_dir)
         for worker in stored["request"]["workers"]:
             wdir = job_dir / f"worker-{worker['rank']}"
@@ -119,6 +147,15 @@ class LocalBackend(Backend, SupportsGang, SupportsLogStreaming, SupportsFraction
     def poll(self, handles: list[JobHandle]) -> dict[str, JobStatus]:
         self._reap()
         return {h.job_id: self._status(h.job_id) for h in handles}
+
+    def workdir(self, handle: JobHandle, rank: int = 0) -> Path | None:
+        """The working directory of a worker's command (deleted when the command has ended)."""
+        if not _SAFE_NAME.fullmatch(handle.job_id):
+            return None
+        try:
+            return Path((self.work_dir / "jobs" / handle.job_id / f"worker-{rank}" / "workdir").read_text().strip())
+        except FileNotFoundError:
+            return None
 
     def cancel(self, handle: JobHandle) -> None:
         self._reap()
@@ -177,6 +214,7 @@ class LocalBackend(Backend, SupportsGang, SupportsLogStreaming, SupportsFraction
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 close_fds=True,
+                env=_runner_environment(),
             )
         with self._lock:
             self._children.append(proc)  # kept only to reap it (see _reap)
@@ -203,24 +241,51 @@ class LocalBackend(Backend, SupportsGang, SupportsLogStreaming, SupportsFraction
         for worker in stored["request"]["workers"]:
             rank = worker["rank"]
             wdir = job_dir / f"worker-{rank}"
-            pid = _read_int(wdir / "pid")
+            pid = read_int(wdir / "pid")
             result.append(
                 _Worker(
                     rank=rank,
                     dir=wdir,
                     pid=pid,
                     alive=pid is not None and _runner_alive(pid, job_dir, rank),
-                    exit_code=_read_int(wdir / "exit_code"),
+                    exit_code=read_int(wdir / "exit_code"),
                     cancelled=(wdir / "cancelled").exists(),
                     never_started=pid is None and time.time() - written > START_GRACE_S,
                 )
             )
         return sorted(result, key=lambda w: w.rank)
 
+    def _check_sudo(self, identity: Identity) -> None:
+        """A server that is not root must be able to `sudo -n -u` to the task user."""
+        if identity.via != "sudo" or identity.user in self._sudo_checked:
+            return
+        command = lifecycle.sudo_launch(identity.to_json(), "--check")
+        check = subprocess.run(command, env={"PATH": TASK_PATH}, capture_output=True, text=True, timeout=30)
+        if check.returncode != 0:
+            why = (check.stderr or check.stdout).strip().splitlines()[-1:] or [f"exit code {check.returncode}"]
+            raise PermissionError(
+                f"cannot switch to user {identity.user!r} with sudo ({why[0]}); "
+                f"run deploy/local-runas.sh sudo <server-user> {identity.user} as root"
+            )
+        self._sudo_checked.add(identity.user)
+
+    def _teardown(self, name: str, workers: list[_Worker]) -> None:
+        # A runner that died (OOM killer, kill -9) could not tear its sandbox down: the
+        # server does it, from the same files, so the uid is released and nothing is left.
+        left = [w for w in workers if w.ended and w.pid is not None and not (w.dir / "cleaned").exists()]
+        if not left:
+            return
+        job_dir = self.work_dir / "jobs" / name
+        identity = self._load(job_dir).get("identity")
+        for w in left:
+            if identity is not None:
+                lifecycle.finish(job_dir, w.rank, identity)
+
     def _status(self, name: str) -> JobStatus:
         workers = self._workers(name)
         if workers is None:
             return JobStatus(JobPhase.LOST, message=f"no local job {name}")
+        self._teardown(name, workers)
         # A worker that failed on its own (not one we told to stop) fails the whole job.
         failures = []
         for w in workers:
@@ -246,7 +311,9 @@ class LocalBackend(Backend, SupportsGang, SupportsLogStreaming, SupportsFraction
             if running:
                 return JobStatus(JobPhase.RUNNING, message="cancelling")
             return JobStatus(JobPhase.CANCELLED, message="cancelled")
-        if all(w.exit_code == 0 for w in workers):
+        # Done only when every runner has also torn its sandbox down (processes killed,
+        # working directory gone, uid released): then the devices are really free.
+        if all(w.exit_code == 0 and w.ended for w in workers):
             return JobStatus(JobPhase.SUCCEEDED, exit_code=0)
         if any(w.alive for w in workers):
             done = sum(w.exit_code == 0 for w in workers)
@@ -270,38 +337,12 @@ class LocalBackend(Backend, SupportsGang, SupportsLogStreaming, SupportsFraction
                 pass  # ended in between
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Readers see either no file or the whole content, even across a crash or reboot."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def create_exclusive(path: Path, text: str) -> bool:
-    """Atomically create `path` holding `text`; False when it already exists.
-
-    A hard link fails on an existing target, so of two racing creators exactly one wins and
-    nobody ever sees a half-written file (unlike O_EXCL followed by write).
-    """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    write_atomic(tmp, text)
-    try:
-        os.link(tmp, path)
-        return True
-    except FileExistsError:
-        return False
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def _read_int(path: Path) -> int | None:
-    try:
-        return int(path.read_text().strip())
-    except (FileNotFoundError, ValueError):
-        return None  # absent, or (pid written by a racing writer) not yet complete
+def _runner_environment() -> dict[str, str]:
+    """The runner needs to import hetpool and find `kill` and `sudo`; nothing else of ours."""
+    env = {"PATH": TASK_PATH, "LANG": os.environ.get("LANG", "C.UTF-8")}
+    if "PYTHONPATH" in os.environ:
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    return env
 
 
 def _runner_alive(pid: int, job_dir: Path, rank: int) -> bool:

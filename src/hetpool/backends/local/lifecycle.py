@@ -1,0 +1,119 @@
+"""Setting up and tearing down one worker's sandbox, from the files of the control tree.
+
+Shared by the runner (which normally does both) and the server (which finishes the
+teardown when a runner died before it could), so everything needed is read from files::
+
+    <work_dir>/uids/<uid>             lease of a dynamic uid: "<job_name> <rank>"
+    <job_dir>/worker-<rank>/uid       the dynamic uid the worker got
+    <job_dir>/worker-<rank>/workdir   the task's working directory (written before it exists)
+    <job_dir>/worker-<rank>/cleaned   marker: teardown complete, uid released
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from hetpool.backends.local.files import create_exclusive, read_int, read_text, write_atomic
+from hetpool.backends.local.sandbox import (
+    TASK_PATH,
+    SandboxError,
+    allocate_uid,
+    kill_uid,
+    lease_owner,
+    make_workdir,
+    release_uid,
+    remove_tree,
+    sweep_shared_tmp,
+)
+
+LAUNCH_MODULE = "hetpool.backends.local.launch"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where and as whom one worker's command runs."""
+
+    uid: int | None  # None with sudo (the sudoers target decides)
+    gid: int | None
+    groups: list[int]
+    user: str
+    workdir: Path
+
+
+def lease_dir(job_dir: Path) -> Path:
+    return job_dir.parent.parent / "uids"
+
+
+def _owner(job_dir: Path, rank: int) -> str:
+    return f"{job_dir.name} {rank}"
+
+
+def sudo_launch(identity: dict, *args: str) -> list[str]:
+    """The command line that runs the launcher as the task user (matches the sudoers line)."""
+    return ["sudo", "-n", "-u", identity["user"], "--", sys.executable, "-I", "-m", LAUNCH_MODULE, *args]
+
+
+def prepare(job_dir: Path, rank: int, identity: dict, task_root: Path) -> Placement:
+    """Pick the identity (leasing a dynamic uid) and create the working directory."""
+    wdir = job_dir / f"worker-{rank}"
+    if identity["mode"] == "dynamic":
+        uid = allocate_uid(lease_dir(job_dir), tuple(identity["uid_range"]), _owner(job_dir, rank))
+        write_atomic(wdir / "uid", str(uid))
+        gid, user = uid, f"hetpool-{uid}"
+    else:
+        uid, gid, user = identity["uid"], identity["gid"], identity["user"]
+    # The last gate before the command runs: whatever the stored request says.
+    if uid is not None and uid in (0, os.geteuid()):
+        raise SandboxError(f"refusing to run the task as uid {uid} (root or the server's own uid)")
+    # Unguessable, so nobody can create or watch for it in advance.
+    workdir = task_root / f"{job_dir.name}-w{rank}-{secrets.token_hex(8)}"
+    write_atomic(wdir / "workdir", str(workdir))  # first, so teardown finds it after any crash
+    if identity["via"] == "setuid":
+        make_workdir(workdir, uid, gid)
+    # With sudo the launcher creates it, as the task user (the server cannot chown).
+    return Placement(uid=uid, gid=gid, groups=list(identity.get("groups") or []), user=user, workdir=workdir)
+
+
+def finish(job_dir: Path, rank: int, identity: dict) -> list[str]:
+    """Kill what is left, delete the working directory, release the uid. Idempotent.
+
+    Returns problems (the uid stays leased while any of its processes might live)."""
+    wdir = job_dir / f"worker-{rank}"
+    if (wdir / "cleaned").exists():
+        return []
+    owner = _owner(job_dir, rank)
+    problems = []
+    uid = read_int(wdir / "uid") if identity["mode"] == "dynamic" else None
+    if identity["mode"] == "dynamic" and uid is None:
+        uid = _leased_by(lease_dir(job_dir), owner)  # died between leasing and writing worker/uid
+    if uid is not None and not kill_uid(uid):
+        problems.append(f"processes of uid {uid} survived SIGKILL; the uid stays leased")
+    workdir = read_text(wdir / "workdir")
+    if workdir:
+        try:
+            if identity["via"] == "sudo":
+                subprocess.run(sudo_launch(identity, "--cleanup", workdir), env={"PATH": TASK_PATH}, capture_output=True, check=True, timeout=120)
+            else:
+                remove_tree(Path(workdir))
+        except (OSError, subprocess.SubprocessError) as exc:
+            problems.append(f"could not delete {workdir}: {exc}")
+    if uid is not None:
+        sweep_shared_tmp(uid)
+        if not problems:
+            release_uid(lease_dir(job_dir), uid, owner)
+    if not problems:
+        create_exclusive(wdir / "cleaned", "")
+    return problems
+
+
+def _leased_by(leases: Path, owner: str) -> int | None:
+    try:
+        names = [p.name for p in leases.iterdir() if p.name.isdigit()]
+    except FileNotFoundError:
+        return None
+    return next((int(n) for n in names if lease_owner(leases, int(n)) == owner), None)
