@@ -202,6 +202,8 @@ wait_up() {
 
 start() {
   install_if_missing
+  # The accounts hetpool's Slurm backend runs jobs as (never the server's own user).
+  "$(dirname "${BASH_SOURCE[0]}")/slurm-accounts.sh"
   write_config
   start_munge
   start_daemons

@@ -7,17 +7,22 @@ this object, so a new `SlurmBackend` on the same work_dir finds, polls, cancels 
 the logs of jobs an earlier one submitted — also after slurmctld has forgotten them
 (MinJobAge after the end; without slurmdbd there is nothing else to ask)::
 
-    request.json      the request and each worker's environment (written first, exclusively)
+    request.json      the request, each worker's environment and the run-as account (written first, exclusively)
     job.sh worker.sh env-<rank>.sh command.sh   what sbatch and srun run (script.py)
     slurm_job_id      written by submit once sbatch has answered
-    started           the job id again, written by the batch script when the job starts
-    worker-<rank>/output.log   the worker's stdout and stderr
-    worker-<rank>/exit_code    written by the worker wrapper when the command has ended
-    first-failure/rank         "<rank> <code>" of the first worker that failed
-    result            the batch script's last word: "exit <code> [rank <r>]" or "signal TERM"
     cancel_requested  marker: hetpool asked for the cancel
     final.json        the terminal status, once known (it never changes after that)
-    batch.log         the batch step's own output (where Slurm reports launch errors)
+    out/              the job's own (its run-as account's; runas.py), everything the job writes:
+      started           the job id again, written by the batch script when the job starts
+      worker-<rank>/output.log   the worker's stdout and stderr
+      worker-<rank>/exit_code    written by the worker wrapper when the command has ended
+      first-failure/rank         "<rank> <code>" of the first worker that failed
+      result            the batch script's last word: "exit <code> [rank <r>]" or "signal TERM"
+      batch.log         the batch step's own output (where Slurm reports launch errors)
+
+Jobs run as a mapped Unix account, never as the server (runas.py: run_as_user, run_as_tenants,
+jobs_dir), with `--export=NONE`: nothing of the server's environment reaches them, and the
+Slurm commands themselves get only PATH, LANG and SLURM_CONF.
 """
 
 from __future__ import annotations
@@ -50,6 +55,18 @@ from hetpool.backends.base import (
     worker_environment,
 )
 from hetpool.backends.local.backend import create_exclusive, write_atomic
+from hetpool.backends.slurm.runas import (
+    Identity,
+    JobFiles,
+    RunAsConfig,
+    RunAsError,
+    UnsafeJobFile,
+    job_owned_dir,
+    resolve,
+    share_job_dir,
+    submit_command,
+    unreachable,
+)
 from hetpool.backends.slurm.script import (
     SlurmNode,
     SlurmPlanError,
@@ -113,8 +130,21 @@ class SlurmBackend(Backend, SupportsGang, SupportsLogStreaming):
 
     def __init__(self, config: dict[str, str], catalog: DeviceCatalog, work_dir: Path) -> None:
         # Absolute: the path is written into the job scripts that run on the nodes.
-        self.work_dir = Path(work_dir).resolve()
-        (self.work_dir / "jobs").mkdir(parents=True, exist_ok=True)
+        root = str(config.get("jobs_dir") or "").strip()
+        if root and not os.path.isabs(root):
+            raise ValueError(f"slurm: backend_config.jobs_dir {root!r} must be an absolute path")
+        self.work_dir = Path(root or work_dir).resolve()
+        jobs = self.work_dir / "jobs"
+        jobs.mkdir(parents=True, exist_ok=True)
+        if jobs.stat().st_uid == os.geteuid():
+            # Enterable by the run-as accounts (their jobs live below), not listable: one tenant
+            # cannot learn the names of another's job directories.
+            jobs.chmod(0o711)
+        try:
+            self.run_as = RunAsConfig.from_config(config)
+        except RunAsError as exc:
+            raise ValueError(f"slurm: {exc}") from None
+        self._stored: dict[str, dict] = {}  # job name -> request.json (never changes once written)
         self.catalog = catalog
         self.conf = config.get("conf", "").strip()
         self.bin_dir = config.get("bin_dir", "").strip()
@@ -142,10 +172,19 @@ class SlurmBackend(Backend, SupportsGang, SupportsLogStreaming):
         env = {str(w.rank): worker_environment(request, w) for w in request.workers}
         for values in env.values():
             env_script(values)  # refuses names a shell cannot export, before anything is written
-        job_dir.mkdir(parents=True, exist_ok=True)
+        ident = self._identity(request.tenant)
+        why = unreachable(job_dir.parent, ident)
+        if why:
+            raise SlurmError(
+                f"slurm: the run-as account {ident.user} cannot reach the job directories: {why}; set backend_config.jobs_dir "
+                "to a directory that every Slurm node mounts and whose parents every run-as account can traverse"
+            )
+        # Private until share_job_dir: request.json holds the task's environment.
+        job_dir.mkdir(mode=0o700, exist_ok=True)
         # Like the local backend: the submit that creates request.json defines the job; a
         # repeated submit (a dispatcher that crashed before its commit) uses what is stored.
-        create_exclusive(job_dir / "request.json", json.dumps({"request": dataclasses.asdict(request), "env": env}, indent=2))
+        stored = {"request": dataclasses.asdict(request), "env": env, "run_as": ident.as_dict()}
+        create_exclusive(job_dir / "request.json", json.dumps(stored, indent=2))
         with _locked(job_dir):
             if self._known_id(job_dir) is None:
                 # sbatch may have accepted the job before we could record its id.
@@ -206,16 +245,16 @@ class SlurmBackend(Backend, SupportsGang, SupportsLogStreaming):
         job_dir = self._existing(handle.job_id)
         if job_dir is None or not (job_dir / "request.json").exists():
             raise ValueError(f"unknown slurm job {handle.job_id!r}")
-        ranks = sorted(w["rank"] for w in _load(job_dir)["request"]["workers"])
+        stored = self._request_of(job_dir)
+        ranks = sorted(w["rank"] for w in stored["request"]["workers"])
         if rank not in ranks:
             raise ValueError(f"job {handle.job_id} has no worker rank {rank}; valid ranks: {ranks}")
         try:
-            with open(job_dir / f"worker-{rank}" / "output.log", "rb") as f:
-                f.seek(offset)
-                data = f.read(max(limit, 4))  # at least one whole UTF-8 character
-                size = os.fstat(f.fileno()).st_size
-        except FileNotFoundError:
-            data, size = b"", 0
+            # at least one whole UTF-8 character
+            data, size = JobFiles.of(job_dir, stored).read(f"worker-{rank}/output.log", max(limit, 4), offset) or (b"", 0)
+        except UnsafeJobFile as exc:
+            # The job replaced its log with a link (to /etc/shadow, another tenant's log …).
+            raise ValueError(f"job {handle.job_id}: refusing to read worker {rank}'s output: {exc}") from None
         end = offset + len(data)
         # Complete only at the end of the file of a worker that is over; Slurm is asked only
         # when the files cannot tell (a worker killed by a cancel writes no exit_code).
@@ -229,8 +268,9 @@ class SlurmBackend(Backend, SupportsGang, SupportsLogStreaming):
     # -- status -----------------------------------------------------------------------------
 
     def _status(self, name: str, job_dir: Path, job_id: str, rows: list[_Row]) -> JobStatus:
+        files = self._files(job_dir)
         if not rows:
-            return _settle(job_dir, _from_files(job_dir, job_id))
+            return _settle(job_dir, _from_files(job_dir, files, job_id))
         row = next((r for r in rows if r.job_id == r.leader), rows[0])
         state, reason = row.state, row.reason if row.reason not in _NULL else ""
         if state in _PENDING:
@@ -242,7 +282,7 @@ class SlurmBackend(Backend, SupportsGang, SupportsLogStreaming):
             return JobStatus(JobPhase.PENDING, message=f"Slurm: {reason}" if reason else "")
         if state in _RUNNING:
             return JobStatus(JobPhase.RUNNING, message="" if state == "RUNNING" else f"Slurm: {state.lower()}")
-        result = _read_result(job_dir)
+        result = _read_result(files)
         if state == "COMPLETED":
             status = JobStatus(JobPhase.SUCCEEDED, exit_code=0)
         elif state == "CANCELLED":
@@ -252,7 +292,7 @@ class SlurmBackend(Backend, SupportsGang, SupportsLogStreaming):
             status = JobStatus(JobPhase.FAILED, exit_code=result[1], message=result[2] or f"Slurm job {job_id} failed")
         elif state in _FAILED:
             code = _decode_exit(row.exit_raw)
-            detail = f"Slurm job {job_id} {state}" + (f" ({reason})" if reason else "") + _batch_tail(job_dir)
+            detail = f"Slurm job {job_id} {state}" + (f" ({reason})" if reason else "") + _batch_tail(files)
             status = JobStatus(JobPhase.FAILED, exit_code=code or None, message=detail)
         else:
             # A state this code does not know: not terminal, so the devices stay accounted for.
@@ -260,7 +300,7 @@ class SlurmBackend(Backend, SupportsGang, SupportsLogStreaming):
         return _settle(job_dir, status)
 
     def _worker_ended(self, handle: JobHandle, job_dir: Path, rank: int) -> bool:
-        if (job_dir / f"worker-{rank}" / "exit_code").exists() or (job_dir / "final.json").exists():
+        if self._files(job_dir).exists(f"worker-{rank}/exit_code") or (job_dir / "final.json").exists():
             return True
         return self.poll([handle])[handle.job_id].phase.terminal
 
@@ -270,17 +310,33 @@ class SlurmBackend(Backend, SupportsGang, SupportsLogStreaming):
         request = _request_from(stored["request"])
         plan = plan_job(request, self._nodes_for(request.workers), self.catalog, self.overrides, self.node_prefix)
         name = request.job_name
+        ident = _identity_from(stored)
+        as_root = os.geteuid() == 0
+        out = job_dir / "out"
+        try:
+            share_job_dir(job_dir, ident)
+            job_owned_dir(out, ident, as_root)
+            for rank in plan.ranks:
+                job_owned_dir(out / f"worker-{rank.rank}", ident, as_root)
+        except PermissionError as exc:
+            # Only without root: chgrp needs the server's user to be in the account's group.
+            raise SlurmError(
+                f"slurm: cannot hand {job_dir} to run-as account {ident.user} ({exc.strerror}); a hetpool server that is "
+                f"not root must be a member of group {ident.group or ident.user} (docs/backends.md#the-slurm-backend)"
+            ) from None
         placed = {w.rank: w.device_indices for w in request.workers}
         (job_dir / "command.sh").write_text(request.command, encoding="utf-8")
         for rank in plan.ranks:
             env = rank_environment(stored["env"][str(rank.rank)], rank, placed[rank.rank], plan.master_addr)
             (job_dir / f"env-{rank.rank}.sh").write_text(env_script(env), encoding="utf-8")
-            (job_dir / f"worker-{rank.rank}").mkdir(exist_ok=True)
-        (job_dir / "worker.sh").write_text(worker_script(name, job_dir, plan), encoding="utf-8")
-        (job_dir / "job.sh").write_text(batch_script(name, job_dir, plan), encoding="utf-8")
+        (job_dir / "worker.sh").write_text(worker_script(name, job_dir, plan, out), encoding="utf-8")
+        (job_dir / "job.sh").write_text(batch_script(name, job_dir, plan, out), encoding="utf-8")
         comment = f"hetpool task {request.task_id} attempt {request.attempt}"
-        args = sbatch_args(name, job_dir, plan, partition=self.partition, account=self.account, qos=self.qos, comment=comment)
-        done = self._run("sbatch", *args, str(job_dir / "job.sh"))
+        prefix, uid_args = submit_command(ident, as_root)
+        args = sbatch_args(
+            name, job_dir, plan, partition=self.partition, account=self.account, qos=self.qos, comment=comment, out_dir=out, run_as=uid_args
+        )
+        done = self._run("sbatch", *args, str(job_dir / "job.sh"), prefix=prefix)
         job_id = done.stdout.strip().split(";")[0]
         if done.returncode != 0 or not _JOB_ID.fullmatch(job_id):
             detail = (done.stderr or done.stdout).strip()[:2000]
@@ -313,7 +369,10 @@ class SlurmBackend(Backend, SupportsGang, SupportsLogStreaming):
 
     def _scancel(self, name: str, job_id: str | None) -> None:
         # --name as well as the id: never cancel someone else's job that got a reused id.
-        done = self._run("scancel", f"--name={name}", *([job_id] if job_id else []))
+        # Without root only the job's own account may cancel it: through sudo, like sbatch.
+        stored = self._request_of(self._job_dir(name))
+        prefix = submit_command(_identity_from(stored), False)[0] if os.geteuid() != 0 and stored.get("run_as") else []
+        done = self._run("scancel", f"--name={name}", *([job_id] if job_id else []), prefix=prefix)
         if done.returncode != 0 and not any(s in done.stderr for s in _CANCEL_DONE):
             raise BackendUnavailableError(f"slurm: scancel {job_id or name} failed (exit {done.returncode}): {done.stderr.strip()[:2000]}")
 
@@ -328,7 +387,7 @@ class SlurmBackend(Backend, SupportsGang, SupportsLogStreaming):
             cached = self._nodes_cache = (now, parse_nodes(done.stdout))
         return cached[1]
 
-    def _run(self, program: str, *args: str) -> subprocess.CompletedProcess[str]:
+    def _run(self, program: str, *args: str, prefix: list[str] | None = None) -> subprocess.CompletedProcess[str]:
         if self.bin_dir:
             path = os.path.join(self.bin_dir, program)
         else:
@@ -336,11 +395,15 @@ class SlurmBackend(Backend, SupportsGang, SupportsLogStreaming):
         if not path or not os.access(path, os.X_OK):
             where = f"in bin_dir {self.bin_dir}" if self.bin_dir else "on PATH"
             raise BackendUnavailableError(f"slurm: {program} not found {where}; install slurm-client or set bin_dir")
-        env = dict(os.environ)
+        if prefix and not shutil.which(prefix[0]):
+            raise BackendUnavailableError(f"slurm: {prefix[0]} not found: a hetpool server that is not root submits through sudo")
+        # Not the server's environment: SBATCH_* / SLURM_* variables there would change the job
+        # (SLURM_* even reach it under --export=NONE), and secrets have no business in Slurm.
+        env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL")}
         if self.conf:
             env["SLURM_CONF"] = self.conf
         try:
-            return subprocess.run([path, *args], env=env, capture_output=True, text=True, timeout=self.timeout_s, check=False)
+            return subprocess.run([*(prefix or []), path, *args], env=env, capture_output=True, text=True, timeout=self.timeout_s, check=False)
         except subprocess.TimeoutExpired:
             raise BackendUnavailableError(f"slurm: {program} took longer than {self.timeout_s:g} s") from None
         except OSError as exc:
@@ -360,16 +423,38 @@ class SlurmBackend(Backend, SupportsGang, SupportsLogStreaming):
         job_dir = self.work_dir / "jobs" / name
         return job_dir if (job_dir / "request.json").exists() or (job_dir / "slurm_job_id").exists() else None
 
-    @staticmethod
-    def _known_id(job_dir: Path) -> str | None:
-        for file in ("slurm_job_id", "started"):
+    def _known_id(self, job_dir: Path) -> str | None:
+        try:
+            value = (job_dir / "slurm_job_id").read_text().strip()
+        except (FileNotFoundError, NotADirectoryError):
+            value = ""
+        if not _JOB_ID.fullmatch(value):
+            value = (self._files(job_dir).text("started") or "").strip()  # written by the job
+        return value if _JOB_ID.fullmatch(value) else None
+
+    def _request_of(self, job_dir: Path) -> dict:
+        """request.json ({} when absent: a job found by name only); cached, it never changes."""
+        name = job_dir.name
+        if name not in self._stored:
             try:
-                value = (job_dir / file).read_text().strip()
+                stored = _load(job_dir)
             except (FileNotFoundError, NotADirectoryError):
-                continue
-            if _JOB_ID.fullmatch(value):
-                return value
-        return None
+                return {}
+            if len(self._stored) > 4096:
+                self._stored.clear()
+            self._stored[name] = stored
+        return self._stored[name]
+
+    def _files(self, job_dir: Path) -> JobFiles:
+        return JobFiles.of(job_dir, self._request_of(job_dir))
+
+    def _identity(self, tenant: str) -> Identity:
+        """The account to run `tenant`'s job as; a forbidden or unknown one fails the task for good."""
+        account = self.run_as.account_for(tenant)
+        try:
+            return resolve(account, "run_as_user" if account == self.run_as.default else "run_as_tenants")
+        except RunAsError as exc:
+            raise SlurmError(f"slurm: refusing to run tenant {tenant}'s job: {exc}") from None
 
 
 # -- helpers -------------------------------------------------------------------------------------
@@ -401,12 +486,17 @@ def _request_from(data: dict) -> LaunchRequest:
     return LaunchRequest(**{**data, "workers": workers})
 
 
-def _read_result(job_dir: Path) -> tuple[str, int | None, str] | None:
+def _identity_from(stored: dict) -> Identity:
+    run_as = stored["run_as"]
+    return Identity(run_as["user"], int(run_as["uid"]), int(run_as["gid"]), run_as.get("group", ""))
+
+
+def _read_result(files: JobFiles) -> tuple[str, int | None, str] | None:
     """("exit", code, message) or ("signal", None, message) from the batch script's result file."""
-    try:
-        words = (job_dir / "result").read_text().split()
-    except FileNotFoundError:
+    text = files.text("result")
+    if text is None:
         return None
+    words = text.split()
     if len(words) >= 2 and words[0] == "exit" and words[1].lstrip("-").isdigit():
         code = int(words[1])
         if len(words) >= 4 and words[2] == "rank":
@@ -417,9 +507,9 @@ def _read_result(job_dir: Path) -> tuple[str, int | None, str] | None:
     return None
 
 
-def _from_files(job_dir: Path, job_id: str) -> JobStatus:
+def _from_files(job_dir: Path, files: JobFiles, job_id: str) -> JobStatus:
     """The outcome of a job slurmctld no longer knows, from what the job left behind."""
-    result = _read_result(job_dir)
+    result = _read_result(files)
     cancelled = (job_dir / "cancel_requested").exists()
     if result is not None and result[0] == "exit":
         if result[1] == 0:
@@ -455,9 +545,6 @@ def _decode_exit(raw: int | None) -> int | None:
     return 128 + (raw & 0x7F) if raw & 0x7F else raw >> 8
 
 
-def _batch_tail(job_dir: Path) -> str:
-    try:
-        text = (job_dir / "batch.log").read_text(errors="replace").strip()
-    except FileNotFoundError:
-        return ""
+def _batch_tail(files: JobFiles) -> str:
+    text = (files.text("batch.log") or "").strip()
     return f"; batch.log: {text[-300:]}" if text else ""
