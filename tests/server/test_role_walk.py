@@ -15,6 +15,7 @@ import re
 import pytest
 from fastapi.testclient import TestClient
 
+from hetpool.governance.access import TENANT_FIELD_OF_KIND
 from tests.server.helpers import example_task
 
 TENANT_A, TENANT_B = "ai-lab/nlp", "infra"
@@ -97,6 +98,26 @@ TABLE: dict[str, str] = {
     "GET /api/v1/leader": "401 ok ok ok ok ok ok ok ok",  # replica ids and lease times; nothing tenant-specific
 }
 
+# One object of tenant A per tenant-scoped kind (governance.access.TENANT_FIELD_OF_KIND,
+# derived from the specs: a new kind with a tenant field fails the walk until it is here).
+# The policy holds every task of A (max_devices: 0), so the task below waits for approval.
+SCOPED_OBJECTS: dict[str, dict] = {
+    "Tenant": {"kind": "Tenant", "name": TENANT_A},
+    "Quota": {"kind": "Quota", "name": "walk-quota-a", "tenant": TENANT_A, "limits": [{"resource": "gpu", "nominal": 1000}]},
+    "Budget": {"kind": "Budget", "name": "walk-budget-a", "tenant": TENANT_A, "amount": 1000000},
+    "ApprovalPolicy": {
+        "kind": "ApprovalPolicy",
+        "name": "walk-policy-a",
+        "tenant": TENANT_A,
+        "over_quota": False,
+        "budget_exceeded": False,
+        "max_devices": 0,
+    },
+    "ReclaimPolicy": {"kind": "ReclaimPolicy", "name": "walk-reclaim-a", "tenant": TENANT_A, "idle_for": "2h"},
+}
+# Never in another tenant's 2xx answer: the objects' names, nor tenant A's path as a JSON string.
+SCOPED_SECRETS = ("walk-quota-a", "walk-budget-a", "walk-policy-a", "walk-reclaim-a", f'"{TENANT_A}"')
+
 # Valid bodies and queries, so a refusal is the access rule's and not a 422.
 TASK = {**example_task("llm-inference.yaml"), "name": "walk-task", "tenant": TENANT_A, "command": "echo hi"}
 BODIES: dict[str, object] = {
@@ -145,8 +166,7 @@ def world(demo: TestClient) -> dict:
     for caller, (role, tenant) in BINDINGS.items():
         clients[caller] = _client(admin, _user(admin, f"u-{caller}", role, tenant)[0])
     victims = {caller: _user(admin, f"victim-{caller}", "member", TENANT_A) for caller in CALLERS}
-    policy = {"kind": "ApprovalPolicy", "name": "walk", "tenant": TENANT_A, "over_quota": False, "budget_exceeded": False, "max_devices": 0}
-    applied = admin.post("/api/v1/apply", json={"documents": [policy, {"kind": "Tenant", "name": "ai-lab/nlp/walk-del"}]})
+    applied = admin.post("/api/v1/apply", json={"documents": [*SCOPED_OBJECTS.values(), {"kind": "Tenant", "name": "ai-lab/nlp/walk-del"}]})
     assert applied.status_code == 200, applied.text
     task, doomed = (clients["member"].post("/api/v1/tasks", json={**TASK, "name": name}) for name in ("walk-a", "walk-cancel"))
     assert task.status_code == doomed.status_code == 201, task.text + doomed.text
@@ -200,7 +220,7 @@ def test_every_endpoint_answers_every_role_as_the_table_says(world: dict) -> Non
     stale = set(TABLE) - {f"{m} {p}" for m, p in endpoints}
     assert not stale, f"table rows for endpoints that no longer exist: {sorted(stale)}"
 
-    secrets = (world["task"]["id"], world["approval"], "walk-a")
+    secrets = (world["task"]["id"], world["approval"], "walk-a", *SCOPED_SECRETS)
     wrong = []
     for method, path in endpoints:
         key = f"{method} {path}"
@@ -218,4 +238,34 @@ def test_every_endpoint_answers_every_role_as_the_table_says(world: dict) -> Non
             if caller in FOREIGN and 200 <= status < 300:
                 leaked = [s for s in secrets if s in response.text]
                 assert not leaked, f"{key} as {caller} ({status}) shows tenant A's {leaked}"
+    assert not wrong, "\n".join(wrong)
+
+
+# Who reads an object of tenant A under /api/v1/objects: A's own roles and the
+# platform-admin; another tenant's member, viewer and tenant-admin get 404 (as for a name
+# that does not exist) and lists without it; roles without inventory.read get 403.
+#                anon padmin tadmin member viewer auditor agent fmember fadmin fviewer
+SCOPED_READ = "401 ok ok ok ok 403 403 404 404 404"
+
+
+def test_every_tenant_scoped_object_kind_is_hidden_from_other_tenants(world: dict) -> None:
+    assert set(SCOPED_OBJECTS) == set(TENANT_FIELD_OF_KIND), "a tenant-scoped kind has no object in the walk: add it to SCOPED_OBJECTS"
+    admin = world["clients"]["padmin"]
+    clients = {**world["clients"], "fviewer": _client(admin, _user(admin, "u-fviewer", "viewer", TENANT_B)[0])}
+    expected = dict(zip((*CALLERS, "fviewer"), SCOPED_READ.split(), strict=True))
+    wrong = []
+    for kind, obj in SCOPED_OBJECTS.items():
+        for caller, want in expected.items():
+            one = clients[caller].get(f"/api/v1/objects/{kind}/{obj['name']}")
+            listed = clients[caller].get(f"/api/v1/objects/{kind}")
+            got = "ok" if one.status_code == 200 else str(one.status_code)
+            if got != want:
+                wrong.append(f"GET {kind}/{obj['name']} as {caller}: {one.status_code} (expected {want}) {one.text[:160]}")
+            if want == "404":
+                if one.status_code == 404 and one.json()["message"] != f"{kind} {obj['name']!r} not found":
+                    wrong.append(f"GET {kind}/{obj['name']} as {caller}: the 404 differs from a missing name's: {one.text[:160]}")
+                if listed.status_code != 200 or any(o["name"] == obj["name"] for o in listed.json()):
+                    wrong.append(f"GET {kind} as {caller}: {listed.status_code}, lists tenant A's {obj['name']}")
+            elif want == "ok" and not any(o["name"] == obj["name"] for o in listed.json()):
+                wrong.append(f"GET {kind} as {caller}: its own tenant's {obj['name']} is missing")
     assert not wrong, "\n".join(wrong)
