@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from hetpool.core.base import Name, ObjectSpec, SpecModel
+from hetpool.core.base import Name, ObjectSpec, ShortTexts, SpecModel
 from hetpool.core.inventory import TaskType
 from hetpool.core.limits import MAX_DEVICES_PER_TASK, Amount, Price, bounded
 from hetpool.core.tenancy import Environment, validate_tenant_path
@@ -50,7 +50,7 @@ class ApprovalPolicySpec(ObjectSpec):
         description="deleting or loosening a Budget or ApprovalPolicy of the tenant needs a second platform-admin's approval"
         " (off by default: a lone platform-admin has nobody to ask)",
     )
-    approvers: list[str] = Field(default=[], description="users who may approve, besides tenant-admins up the tree")
+    approvers: ShortTexts = Field(default=[], description="users who may approve, besides tenant-admins up the tree")
     expire_after: str = Field(default="24h", description="requests not decided in time expire (the task never runs)")
 
     @field_validator("tenant")

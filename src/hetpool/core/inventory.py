@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints, field_validator, model_validator
 
-from hetpool.core.base import Name, ObjectSpec, SpecModel
+from hetpool.core.base import ConfigMap, Labels, Name, ObjectSpec, ShortText, ShortTexts, SpecModel
 from hetpool.core.limits import (
     MAX_CPU_CORES,
     MAX_DEVICE_FIGURE,
@@ -80,22 +80,22 @@ class DeviceModelSpec(ObjectSpec):
     name: Name
     vendor: Vendor
     device_class: DeviceClass = Field(alias="class")
-    display_name: str
-    architecture: str = ""
+    display_name: ShortText
+    architecture: ShortText = ""
     memory_gb: DeviceMemoryGB
     memory_bandwidth_gbps: DeviceFigure | None = None
     fp16_tflops: DeviceFigure | None = Field(default=None, description="dense FP16 tensor TFLOPS")
     bf16_tflops: DeviceFigure | None = Field(default=None, description="dense BF16 tensor TFLOPS")
     int8_tops: DeviceFigure | None = None
     cores: int | None = Field(default=None, ge=0, le=MAX_DEVICE_FIGURE, description="CPU cores / AI cores / SMs")
-    interconnect: str = ""
-    features: list[str] = []
+    interconnect: ShortText = ""
+    features: ShortTexts = []
     runtime: RuntimeName = RuntimeName.NONE
-    k8s_resource: str = ""
-    visible_devices_env: str = ""
-    slurm_gres: str = ""
-    pci_ids: list[str] = []
-    aliases: list[str] = Field(default=[], description="names discovery tools print")
+    k8s_resource: ShortText = ""
+    visible_devices_env: ShortText = ""
+    slurm_gres: ShortText = ""
+    pci_ids: ShortTexts = []
+    aliases: ShortTexts = Field(default=[], description="names discovery tools print")
     relative_performance: dict[TaskType, PerfFactor] = Field(
         default={}, description="throughput relative to the reference device (1.0) per task type"
     )
@@ -124,23 +124,23 @@ class ClusterSpec(ObjectSpec):
     name: Name
     backend: BackendKind = BackendKind.LOCAL
     zone: Name = "default"
-    region: str = ""
-    backend_config: dict[str, str] = Field(default={}, description="backend connection settings (opaque to the scheduler)")
+    region: ShortText = ""
+    backend_config: ConfigMap = Field(default={}, description="backend connection settings (opaque to the scheduler)")
 
 
 class RuntimeVersion(SpecModel):
     name: RuntimeName
-    version: str = Field(min_length=1)
+    version: ShortText = Field(min_length=1)
 
 
 class SoftwareStack(SpecModel):
     """What is installed on a node: driver, device runtime and frameworks."""
 
-    driver: str = ""
+    driver: ShortText = ""
     runtime: RuntimeVersion | None = None
-    frameworks: dict[str, str] = Field(default={}, description="framework name -> installed version")
-    os: str = ""
-    python: str = ""
+    frameworks: Labels = Field(default={}, description="framework name -> installed version")
+    os: ShortText = ""
+    python: ShortText = ""
 
     @field_validator("frameworks")
     @classmethod
@@ -162,7 +162,7 @@ class NodeSpec(ObjectSpec):
     name: Name
     cluster: Name
     zone: Name | None = Field(default=None, description="defaults to the cluster's zone")
-    network_group: str = ""
+    network_group: ShortText = ""
     arch: Literal["x86_64", "aarch64"] = "x86_64"
     cpu_cores: int = Field(ge=1, le=MAX_CPU_CORES)
     memory_gb: MemoryGB
@@ -182,8 +182,8 @@ class NodeSpec(ObjectSpec):
 
 
 class Reservation(SpecModel):
-    tenants: list[str] = Field(default=[], description="tenant paths (a subtree) that may use it")
-    min_priority: str | None = Field(default=None, description="priority class at or above which any tenant may use it")
+    tenants: ShortTexts = Field(default=[], description="tenant paths (a subtree) that may use it")
+    min_priority: ShortText | None = Field(default=None, description="priority class at or above which any tenant may use it")
 
 
 class PoolSpec(ObjectSpec):

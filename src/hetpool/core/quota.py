@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from hetpool.core.base import Name, ObjectSpec, SpecModel
+from hetpool.core.base import Name, ObjectSpec, ShortText, SpecModel
 from hetpool.core.inventory import TaskType
 from hetpool.core.limits import QuotaAmount
 from hetpool.core.tenancy import Environment, validate_tenant_path
@@ -30,7 +30,9 @@ SPECIAL_RESOURCES = (*DEVICE_CLASSES, NORMALISED, CPU_CORES, MEMORY_GB)
 
 
 class QuotaLimit(SpecModel):
-    resource: str = Field(min_length=1, description="a device model, a pool, a device class (gpu, npu, dpu), a100-equivalent, cpu-cores or memory-gb")
+    resource: ShortText = Field(
+        min_length=1, description="a device model, a pool, a device class (gpu, npu, dpu), a100-equivalent, cpu-cores or memory-gb"
+    )
     nominal: QuotaAmount = Field(description="guaranteed amount (devices, device-equivalents, cores or GB)")
     borrowing_limit: QuotaAmount | None = Field(default=None, description="how far above nominal it may borrow; unset: no limit")
     lending_limit: QuotaAmount | None = Field(default=None, description="how much of its idle nominal siblings may borrow; unset: all of it")

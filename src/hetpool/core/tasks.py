@@ -15,7 +15,7 @@ from typing import Any, Literal
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import Field, field_validator, model_validator
 
-from hetpool.core.base import Name, ObjectSpec, SpecModel
+from hetpool.core.base import Command, EnvVars, Labels, Name, ObjectSpec, ShortText, ShortTexts, SpecModel, Text
 from hetpool.core.inventory import DeviceClass, TaskType
 from hetpool.core.limits import (
     MAX_DEVICE_MEMORY_GB,
@@ -65,9 +65,9 @@ def parse_version_spec(value: str) -> SpecifierSet:
 
 
 class FrameworkRequest(SpecModel):
-    name: str = Field(min_length=1, description="pytorch, mindspore, tensorflow, paddle, jax, none")
-    version: str = Field(default="", description="PEP 440 spec, e.g. '>=2.3,<2.6'; '2.4' means 2.4.*")
-    extras: dict[str, str] = Field(default={}, description="extra packages and version specs, e.g. {vllm: '>=0.6'}")
+    name: ShortText = Field(min_length=1, description="pytorch, mindspore, tensorflow, paddle, jax, none")
+    version: ShortText = Field(default="", description="PEP 440 spec, e.g. '>=2.3,<2.6'; '2.4' means 2.4.*")
+    extras: Labels = Field(default={}, description="extra packages and version specs, e.g. {vllm: '>=0.6'}")
 
     @field_validator("name")
     @classmethod
@@ -127,8 +127,8 @@ class WorkerDemand(SpecModel):
 
 
 class DataLocation(SpecModel):
-    zone: str = ""
-    path: str = ""
+    zone: ShortText = ""
+    path: Text = ""
 
 
 class TaskSpec(ObjectSpec):
@@ -141,12 +141,12 @@ class TaskSpec(ObjectSpec):
     framework: FrameworkRequest | None = None
     workers: int = Field(default=1, ge=1, le=MAX_WORKERS)
     per_worker: WorkerDemand = WorkerDemand()
-    features: list[str] = Field(default=[], description="required device features, e.g. bf16, fp8")
+    features: ShortTexts = Field(default=[], description="required device features, e.g. bf16, fp8")
     fallback: list[Name] = Field(default=[], description="ordered device models or pools")
     any_of: list[Name] = Field(default=[], description="a set of device models or pools")
-    image: str = ""
-    command: str = ""
-    env_vars: dict[str, str] = {}
+    image: Text = ""
+    command: Command = Field(default="", description="run with sh -c; at most 64 KiB of UTF-8")
+    env_vars: EnvVars = Field(default={}, description="at most 64 variables, each value at most 16 KiB")
     priority: Priority = Priority.NORMAL
     data: DataLocation | None = None
     runtime_estimate: Duration | None = Field(default=None, description="on the reference device: '6h', '90m'; at most 366d")
@@ -237,12 +237,12 @@ class TaskDefaults(SpecModel):
     framework: FrameworkRequest | None = None
     workers: int | None = Field(default=None, ge=1, le=MAX_WORKERS)
     per_worker: WorkerDemand | None = None
-    features: list[str] | None = None
+    features: ShortTexts | None = None
     fallback: list[Name] | None = None
     any_of: list[Name] | None = None
-    image: str | None = None
-    command: str | None = None
-    env_vars: dict[str, str] | None = None
+    image: Text | None = None
+    command: Command | None = None
+    env_vars: EnvVars | None = None
     priority: Priority | None = None
     runtime_estimate: Duration | None = None
     max_runtime: Duration | None = None
@@ -255,7 +255,7 @@ class TaskTemplateSpec(ObjectSpec):
     kind: Literal["TaskTemplate"] = "TaskTemplate"
     name: Name
     task_type: TaskType = Field(alias="type")
-    display_name: str = ""
+    display_name: ShortText = ""
     defaults: TaskDefaults = TaskDefaults()
 
 

@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from hetpool.core.base import ObjectSpec
+from hetpool.core.base import ObjectSpec, ShortText
 from hetpool.core.limits import bounded
 
 _SEGMENT = r"[a-z0-9]([a-z0-9_-]{0,38}[a-z0-9])?"
@@ -42,7 +42,7 @@ def tenant_parent(path: str) -> str | None:
 class TenantSpec(ObjectSpec):
     kind: Literal["Tenant"] = "Tenant"
     name: str = Field(description="path: org, org/team or org/team/project")
-    display_name: str = ""
+    display_name: ShortText = ""
     environments: list[Environment] = [Environment.DEV, Environment.TEST, Environment.PROD]
     weight: bounded(gt=0, le=1000) = Field(default=1.0, description="fair-share weight among siblings")
 

@@ -1,10 +1,14 @@
 """HTTP hardening installed on the app: request size limits (also for chunked bodies),
-CORS (closed unless origins are configured), per-token rate limits, and the JSON error
-shape ({code, message}) for the framework's own 404 / 405 answers."""
+text that no database or encoder can hold refused before any route sees it, CORS (closed
+unless origins are configured), per-token rate limits, and the JSON error shape
+({code, message}) for the framework's own 404 / 405 answers."""
 
 from __future__ import annotations
 
 import json
+import re
+from email.message import Message
+from urllib.parse import parse_qsl
 
 from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
@@ -71,13 +75,149 @@ class BodyLimitMiddleware:
         await self.app(scope, replay, send)
 
 
+# ------------------------------------------------------------------ text no store can hold
+# Two kinds of string pass Python's own decoding but break later, far from the input:
+# - NUL (U+0000): PostgreSQL refuses it in text (and JSONB), so a lookup by a name holding
+#   one was a 500 there while SQLite answered 404; a command holding one cannot be exec'd.
+# - a lone surrogate (U+D800..U+DFFF without its pair): JSON's "\ud800" escape and raw UTF-8
+#   bytes ED A0 80 (json.loads reads bytes with 'surrogatepass') both decode to one, and
+#   encoding it again as UTF-8 fails: an error message that echoed such a name was a 500.
+# One check here, on the decoded path, query and JSON or form body, instead of one per field;
+# the answer is the validation error shape, naming where (`query.tenant`, `body.documents[0].name`).
+_SURROGATE = re.compile("[\ud800-\udfff]")
+# What in a raw JSON body can decode to a NUL or a surrogate. Bodies without any (nearly
+# all) are not decoded twice; with one, the body is decoded to find where it is (a false
+# alarm such as an escaped backslash before "u0000" finds nothing and passes).
+_JSON_SUSPECT = re.compile(rb"\\u(?:0000|[dD][89a-fA-F])|\xed[\xa0-\xbf]")
+
+
+def text_problem(value: str) -> str | None:
+    """Why `value` cannot be stored or sent back, or None."""
+    if "\x00" in value:
+        return "NUL bytes (\\x00) are not allowed in text"
+    match = _SURROGATE.search(value)
+    if match:
+        return f"a lone surrogate (\\u{ord(match.group()):04x}) is not valid Unicode text; send UTF-8"
+    return None
+
+
+def _where(prefix: str, key: object) -> str:
+    if isinstance(key, int):
+        return f"{prefix}[{key}]"
+    shown = str(key).encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace")
+    return f"{prefix}.{shown}"
+
+
+def find_bad_text(value: object, where: str) -> tuple[str, str] | None:
+    """(location, problem) of the first string (or mapping key) in a decoded JSON value
+    that text_problem refuses. Iterative: decoded JSON may nest as deep as the decoder allowed."""
+    stack = [(value, where)]
+    while stack:
+        item, loc = stack.pop()
+        if isinstance(item, str):
+            problem = text_problem(item)
+            if problem:
+                return loc, problem
+        elif isinstance(item, dict):
+            for key, child in reversed(list(item.items())):
+                problem = text_problem(key)
+                if problem:
+                    return _where(loc, key), f"a key: {problem}"
+                stack.append((child, _where(loc, key)))
+        elif isinstance(item, list):
+            stack.extend((child, _where(loc, i)) for i, child in reversed(list(enumerate(item))))
+    return None
+
+
+def _body_kind(headers: dict[bytes, bytes]) -> str | None:
+    """The body as FastAPI reads it: "json", "form" or None (no content type: JSON)."""
+    raw = headers.get(b"content-type")
+    if raw is None:
+        return "json"
+    message = Message()
+    message["content-type"] = raw.decode("latin-1")
+    if message.get_content_type() == "application/x-www-form-urlencoded":
+        return "form"
+    subtype = message.get_content_subtype()
+    return "json" if message.get_content_maintype() == "application" and (subtype == "json" or subtype.endswith("+json")) else None
+
+
+def _body_problem(kind: str, body: bytes) -> tuple[str, str] | None:
+    if kind == "form":
+        for name, value in parse_qsl(body.decode("latin-1"), keep_blank_values=True):
+            found = find_bad_text(value, _where("form", name)) or find_bad_text(name, "form")
+            if found:
+                return found
+        return None
+    if not _JSON_SUSPECT.search(body):
+        return None
+    try:
+        decoded = json.loads(body)
+    except (ValueError, RecursionError):
+        return None  # not JSON: the route's own decoding answers with its error
+    return find_bad_text(decoded, "body")
+
+
+def _query_problem(query_string: bytes) -> tuple[str, str] | None:
+    for name, value in parse_qsl(query_string.decode("latin-1"), keep_blank_values=True):  # as Starlette reads it
+        found = find_bad_text(value, _where("query", name)) or find_bad_text(name, "query")
+        if found:
+            return found
+    return None
+
+
+class TextInputMiddleware:
+    """Refuse NUL bytes and lone surrogates in the path, the query and a JSON or form body
+    with 422 naming where. The body is read whole (the size limit outside has bounded it)
+    and handed on unchanged."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    @staticmethod
+    async def _refuse(send, loc: str, problem: str) -> None:
+        detail = {"loc": loc, "msg": problem}
+        await _send_json(send, 422, {"code": "invalid_request", "message": f"{loc}: {problem}", "details": [detail]})
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        found = find_bad_text(scope.get("path", ""), "path") or _query_problem(scope.get("query_string", b""))
+        if found:
+            return await self._refuse(send, *found)
+        headers = dict(scope.get("headers", ()))
+        kind = _body_kind(headers)
+        if kind is None or headers.get(b"content-length") == b"0" or scope.get("method") in ("GET", "HEAD", "OPTIONS"):
+            return await self.app(scope, receive, send)
+        chunks = []
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
+                return
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        found = _body_problem(kind, body)
+        if found:
+            return await self._refuse(send, *found)
+        pending = [{"type": "http.request", "body": body, "more_body": False}]
+
+        async def replay():
+            return pending.pop() if pending else await receive()
+
+        await self.app(scope, replay, send)
+
+
 def cors_origins(text: str) -> list[str]:
     return [o.strip().rstrip("/") for o in text.split(",") if o.strip()]
 
 
 def install(app: FastAPI, settings) -> None:
     # Middlewares wrap in reverse order of adding: CORS answers preflights first, then the
-    # rate limit refuses a flood before any body is read, then the size limit.
+    # rate limit refuses a flood before any body is read, then the size limit, then the
+    # text check (which reads the body the size limit has bounded).
+    app.add_middleware(TextInputMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_request_bytes)
     app.add_middleware(RateLimitMiddleware, rate_per_s=settings.rate_limit_per_s, burst=settings.rate_limit_burst)
     origins = cors_origins(settings.cors_origins)

@@ -10,6 +10,7 @@ from fastapi.responses import StreamingResponse
 
 from hetpool.server.deps import get_ctx, get_principal, requires
 from hetpool.server.schemas.audit_anchor import AnchoredVerifyResponse, CheckpointResponse
+from hetpool.server.schemas.params import AfterId
 from hetpool.server.services import audit as audit_service
 from hetpool.server.services import audit_anchor
 from hetpool.server.services.auth import Principal
@@ -40,7 +41,7 @@ def event_filter(
 
 @router.get("", summary="Audit events, oldest first")
 def list_events(
-    after_id: int = Query(default=0, ge=0),
+    after_id: AfterId = 0,
     limit: int = Query(default=500, ge=1, le=5000),
     flt: audit_service.EventFilter = Depends(event_filter),
     ctx: ServiceContext = Depends(get_ctx),

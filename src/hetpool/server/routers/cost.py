@@ -8,6 +8,7 @@ from fastapi import APIRouter, Depends, Query
 
 from hetpool.governance.cost import DIMENSIONS
 from hetpool.server.deps import get_ctx, get_principal
+from hetpool.server.schemas.params import Offset
 from hetpool.server.services import access
 from hetpool.server.services import cost as cost_service
 from hetpool.server.services.auth import Principal
@@ -51,7 +52,7 @@ def ledger(
     tenant: str | None = Query(default=None, max_length=200, description="only this tenant's subtree"),
     task: str | None = Query(default=None, max_length=32, description="only this task"),
     limit: int = Query(default=1000, ge=1, le=10000),
-    offset: int = Query(default=0, ge=0),
+    offset: Offset = 0,
     ctx: ServiceContext = Depends(get_ctx),
     user: Principal = Depends(get_principal),
 ) -> dict:

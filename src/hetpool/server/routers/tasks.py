@@ -10,6 +10,7 @@ from hetpool.core.states import TaskState
 from hetpool.core.tenancy import validate_tenant_path
 from hetpool.server.deps import get_ctx, get_principal
 from hetpool.server.schemas.bodies import LogsResponse
+from hetpool.server.schemas.params import Offset
 from hetpool.server.services import access, idempotency
 from hetpool.server.services import tasks as task_service
 from hetpool.server.services.auth import Principal
@@ -115,7 +116,7 @@ def cancel(task_id: str, ctx: ServiceContext = Depends(get_ctx), user: Principal
 def logs(
     task_id: str,
     rank: int = Query(default=0, ge=0, le=1023),
-    offset: int = Query(default=0, ge=0),
+    offset: Offset = 0,
     limit: int = Query(default=65536, ge=1, le=1048576),
     ctx: ServiceContext = Depends(get_ctx),
     user: Principal = Depends(get_principal),

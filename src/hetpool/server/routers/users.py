@@ -7,6 +7,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from hetpool.governance.access import role_table
 from hetpool.server.deps import get_ctx, get_principal
+from hetpool.server.schemas.params import TokenId
 from hetpool.server.services import users as user_service
 from hetpool.server.services.auth import Principal
 from hetpool.server.services.context import ServiceContext
@@ -143,6 +144,6 @@ def list_own_tokens(ctx: ServiceContext = Depends(get_ctx), user: Principal = De
 
 
 @router.delete("/tokens/{token_id}", summary="Revoke a token (yours, or of a user you administer)")
-def revoke_token(token_id: int, ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get_principal)) -> dict:
+def revoke_token(token_id: TokenId, ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get_principal)) -> dict:
     with ctx.db.transaction() as session:
         return user_service.revoke_token(ctx, session, user, token_id)
