@@ -10,7 +10,12 @@ approvals_app = typer.Typer(help="Approval requests: tasks and quota changes wai
 
 
 def _subject(a: dict) -> str:
-    return f"task/{a['task_id']}" if a["kind"] == "task" else f"quota/{(a.get('document') or {}).get('name', '?')}"
+    """task/ID, or the held object (quota/NAME, budget/NAME ...), prefixed with 'delete' for a held delete."""
+    if a["kind"] == "task":
+        return f"task/{a['task_id']}"
+    document = a.get("document") or {}
+    subject = f"{str(document.get('kind') or a['kind']).lower()}/{document.get('name', '?')}"
+    return f"delete {subject}" if a.get("operation") == "delete" else subject
 
 
 def register(app: typer.Typer) -> None:

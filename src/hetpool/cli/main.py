@@ -213,7 +213,10 @@ def delete(kind: str, name: str, url: str = UrlOpt, token: str = TokenOpt) -> No
     if resolve_kind(kind) == "Task":
         raise typer.BadParameter("tasks are not deleted; use `hetpool cancel ID`")
     with _client(url, token) as client:
-        client.delete_object(kind, name)
+        held = client.delete_object(kind, name)
+    if held:  # an approval policy holds the delete: nothing is deleted until someone else approves
+        console.print(f"{kind}/{name} held for approval ({held['id']}); see `hetpool approvals get {held['id']}`")
+        return
     console.print(f"{kind}/{name} deleted")
 
 

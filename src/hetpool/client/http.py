@@ -56,8 +56,9 @@ class HetpoolClient:
     def get_object(self, kind: str, name: str) -> dict:
         return self._request("GET", f"/api/v1/objects/{kind}/{name}")
 
-    def delete_object(self, kind: str, name: str) -> None:
-        self._request("DELETE", f"/api/v1/objects/{kind}/{name}")
+    def delete_object(self, kind: str, name: str) -> dict | None:
+        """None when deleted; the approval request when a policy holds the delete (202)."""
+        return self._request("DELETE", f"/api/v1/objects/{kind}/{name}")
 
     # -- tasks -----------------------------------------------------------------
     def plan(self, task: dict) -> dict:

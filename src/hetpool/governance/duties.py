@@ -12,12 +12,14 @@ The rules, as small objects like the approval rules (each says why it refuses, o
 
 * OwnRequest — nobody decides a request it made. A platform-admin while it is the only
   one is exempt: there is nobody else to ask, and it could change the policy anyway.
-* VouchedBetween — for a request of a user below platform-admin, the decider and the
-  requester may not be joined by a chain of vouches, either way. A chain (A created B, B
-  created C) counts, since a hostile user can make puppets that make puppets; it runs
-  through users below platform-admin only (a platform-admin's acts are its own). For a
-  platform-admin decider only a direct vouch counts: every user descends from some
-  platform-admin, so a chain would leave nobody to decide anything.
+* VouchedBetween — for a request of a user below platform-admin, no user below
+  platform-admin may control both the requester and the decider, where X controls Y when
+  X is Y or a chain of vouches leads from X to Y (A created B, B created C: A controls
+  C). This refuses a decider the requester made or was made by, and two puppets of one
+  hostile user (siblings, cousins). Chains run through users below platform-admin only
+  (a platform-admin's acts are its own). For a platform-admin decider only a direct
+  vouch counts, either way: every user descends from some platform-admin, so anything
+  more would leave nobody to decide anything.
 
 A request of a platform-admin is subject to OwnRequest only: a platform-admin may issue a
 token for anyone, so vouches say nothing about it, and any other platform-admin may
@@ -103,42 +105,43 @@ class VouchedBetween(DutyRule):
         if facts.decider == facts.requester or facts.requester_is_platform_admin:
             return None
         edges = [v for v in facts.vouches if v.reaches(facts.tenant) and v.by != v.of]
-        direct_only = facts.decider_is_platform_admin
-        for start, goal in ((facts.requester, facts.decider), (facts.decider, facts.requester)):
-            path = _chain(edges, start, goal, facts.platform_admins, direct_only=direct_only)
-            if path:
-                links = ", ".join(str(v) for v in path)
-                return f"nobody decides a request of someone they are linked to by creating a user, granting a role or issuing a token: {links}"
-        return None
+        if facts.decider_is_platform_admin:  # a direct vouch only, either way
+            path = next(([v] for v in edges if {v.by, v.of} == {facts.decider, facts.requester}), [])
+            return _refusal(path, []) if path else None
+        up_requester = _controllers(edges, facts.requester, facts.platform_admins)
+        up_decider = _controllers(edges, facts.decider, facts.platform_admins)
+        common = [u for u in up_requester if u in up_decider]
+        if not common:
+            return None
+        best = min(common, key=lambda u: len(up_requester[u]) + len(up_decider[u]))
+        return _refusal(up_requester[best], up_decider[best])
+
+
+def _refusal(*paths: list[Vouch]) -> str:
+    links = "; ".join(", ".join(str(v) for v in path) for path in paths if path)
+    return f"nobody decides a request of someone they are linked to by creating a user, granting a role or issuing a token: {links}"
 
 
 RULES: tuple[DutyRule, ...] = (OwnRequest(), VouchedBetween())
 
 
-def _chain(edges: list[Vouch], start: str, goal: str, platform_admins: frozenset[str], *, direct_only: bool) -> list[Vouch]:
-    """The shortest chain of vouches from `start` to `goal` ([] if none). Only the start
-    and users below platform-admin pass a chain on."""
-    out: dict[str, list[Vouch]] = {}
+def _controllers(edges: list[Vouch], user: str, platform_admins: frozenset[str]) -> dict[str, list[Vouch]]:
+    """Who could act as `user` or made its say: itself, and every user below
+    platform-admin with a chain of vouches to it (through such users only), each with its
+    shortest chain. Platform-admins are left out: every user descends from one."""
+    incoming: dict[str, list[Vouch]] = {}
     for v in edges:
-        out.setdefault(v.by, []).append(v)
-    came: dict[str, Vouch | None] = {start: None}
-    queue = deque([start])
+        incoming.setdefault(v.of, []).append(v)
+    found: dict[str, list[Vouch]] = {user: []}
+    queue = deque([user])
     while queue:
-        user = queue.popleft()
-        if user != start and (direct_only or user in platform_admins):
-            continue
-        for v in out.get(user, ()):
-            if v.of in came:
+        at = queue.popleft()
+        for v in incoming.get(at, ()):
+            if v.by in found or v.by in platform_admins:
                 continue
-            came[v.of] = v
-            if v.of == goal:
-                path, at = [], goal
-                while (step := came[at]) is not None:
-                    path.append(step)
-                    at = step.by
-                return path[::-1]
-            queue.append(v.of)
-    return []
+            found[v.by] = [v, *found[at]]
+            queue.append(v.by)
+    return found
 
 
 @dataclass(frozen=True)

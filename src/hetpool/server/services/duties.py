@@ -57,7 +57,8 @@ def load_vouches(session: Session) -> Vouches:
             vouches.append(Vouch(by, GRANTED, names[user_id], tenant or None))
     issued = select(ApiTokenRow.user_id, ApiTokenRow.created_by).where(ApiTokenRow.created_by != "").distinct()
     vouches += [Vouch(by, ISSUED_TOKEN, names[user_id]) for user_id, by in session.execute(issued) if user_id in names]
-    return Vouches(frozenset(admins), tuple(vouches))
+    users = set(names.values())  # "system", "migration" and the like are no one who could act
+    return Vouches(frozenset(admins), tuple(v for v in vouches if v.by in users))
 
 
 def verdict_for(session: Session, principal: Principal, row: ApprovalRow, known: Vouches | None = None) -> DutyVerdict:

@@ -60,6 +60,8 @@ def approval_inbox(
                 # Only open requests get an estimate: it is what the approver weighs, and
                 # it costs a placement search per request.
                 item["estimate"] = estimator.estimate(spec)
+        elif row.operation == "delete" and row.document:  # what goes: not limits asked for
+            item["requested"] = {"kind": "delete", "object_kind": row.document.get("kind"), "name": row.document.get("name")}
         elif row.kind == "quota" and row.document:
             item["requested"] = _quota_summary(row.document)
         requests.append(item)

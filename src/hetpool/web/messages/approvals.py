@@ -41,6 +41,9 @@ MESSAGES: dict[str, dict[str, str]] = {
     "approvals.expired": {"en": "past its deadline", "zh-CN": "已超过期限"},
     "approvals.kind.task": {"en": "task", "zh-CN": "任务"},
     "approvals.kind.quota": {"en": "quota change", "zh-CN": "配额变更"},
+    "approvals.kind.budget": {"en": "budget change", "zh-CN": "预算变更"},
+    "approvals.kind.approvalpolicy": {"en": "approval policy change", "zh-CN": "审批策略变更"},
+    "approvals.delete": {"en": "delete {kind} {name}", "zh-CN": "删除 {kind} {name}"},
     "approvals.workers_devices": {"en": "{workers} × {count} {cls}", "zh-CN": "{workers} × {count} 个 {cls}"},
     "approvals.total_devices": {"en": "{n} devices in all", "zh-CN": "共 {n} 个设备"},
     "approvals.cpu_memory": {"en": "{cpu} CPU cores, {mem} GB per worker", "zh-CN": "每个 worker {cpu} 个 CPU 核、{mem} GB 内存"},
@@ -63,6 +66,7 @@ MESSAGES: dict[str, dict[str, str]] = {
     "approvals.rule.environment": {"en": "environment", "zh-CN": "环境"},
     "approvals.rule.budget_exceeded": {"en": "budget exceeded", "zh-CN": "超出预算"},
     "approvals.rule.quota_change": {"en": "quota change", "zh-CN": "配额变更"},
+    "approvals.rule.governance_change": {"en": "loosens governance", "zh-CN": "放宽治理规则"},
     # Request states
     "approvals.state.pending": {"en": "pending", "zh-CN": "待审批"},
     "approvals.state.approved": {"en": "approved", "zh-CN": "已批准"},
