@@ -135,3 +135,49 @@ def test_a_members_task_cannot_read_the_db_other_tenants_output_or_the_server_en
     finally:
         assert demo.post(f"/api/v1/tasks/{a_id}/cancel").status_code in (200, 202)
         run_to_end(ctx, demo, a_id, timeout_s=30)
+
+
+def test_a_local_clusters_run_as_settings_are_checked_at_apply(demo: TestClient) -> None:
+    def apply(config: dict) -> dict:
+        doc = {"kind": "Cluster", "name": "gz-general", "backend": "local", "zone": "gz", "backend_config": config}
+        response = demo.post("/api/v1/apply", json={"documents": [doc]})
+        assert response.status_code == 422, response.text
+        body = response.json()
+        assert body["code"] == "invalid_spec"
+        return body["details"][0]
+
+    assert apply({"run_as_user": "root"}) == {
+        "loc": "Cluster/gz-general: backend_config.run_as_user",
+        "msg": "user 'root' is uid 0: tasks never run as root",
+    }
+    assert apply({"run_as_user": "no-such-user"})["msg"].startswith("no user 'no-such-user' on this host")
+    assert "contains uid 65534 of user 'nobody'" in apply({"run_as_uid_range": "65000-65600"})["msg"]
+    assert apply({"run_as_uid_range": "10-20"})["msg"] == "10-20 must satisfy 1000 <= LOW <= HIGH <= 2147483646"
+    assert apply({"rlimit_nofile": "many"}) == {"loc": "Cluster/gz-general: backend_config.rlimit_nofile", "msg": "'many' is not a whole number"}
+    assert "never passed to tasks" in apply({"env_passthrough": "HETPOOL_DATABASE_URL"})["msg"]
+    unknown = apply({"run_as": "me"})
+    assert unknown["loc"] == "Cluster/gz-general: backend_config.run_as" and "known: env_passthrough" in unknown["msg"]
+
+
+def test_a_local_clusters_backend_config_decides_who_its_tasks_run_as(ctx: ServiceContext, demo: TestClient) -> None:
+    config = {"run_as_uid_range": "60950-60959"}
+    doc = {"kind": "Cluster", "name": "gz-general", "backend": "local", "zone": "gz", "region": "south", "backend_config": config}
+    assert demo.post("/api/v1/apply", json={"documents": [doc]}).status_code == 200
+    task_id = _submit(demo, "which-uid", "infra/data/etl", "id -u")
+    assert run_to_end(ctx, demo, task_id)["state"] == "succeeded"
+    assert 60950 <= int(_logs(demo, task_id)) <= 60959
+
+
+def test_the_server_keeps_its_data_dir_and_sqlite_database_private(tmp_path) -> None:
+    from hetpool.server.app import make_context
+    from hetpool.server.settings import Settings
+
+    data = tmp_path / "open"
+    data.mkdir(mode=0o755)
+    os.chmod(data, 0o755)
+    ctx = make_context(Settings(data_dir=data, run_workers=False))
+    try:
+        assert data.stat().st_mode & 0o777 == 0o700
+        assert (data / "hetpool.db").stat().st_mode & 0o777 == 0o600
+    finally:
+        ctx.db.dispose()

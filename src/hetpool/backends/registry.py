@@ -17,7 +17,7 @@ def make_backend(kind: str, config: dict[str, str], catalog: DeviceCatalog, work
     if kind == "local":
         from hetpool.backends.local import LocalBackend
 
-        return LocalBackend(work_dir)
+        return LocalBackend(work_dir, config)
     if kind == "slurm":
         from hetpool.backends.slurm import SlurmBackend
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import uvicorn
@@ -70,6 +71,9 @@ def serve(
     config: Path | None = None,
     log_format: str | None = None,
 ) -> None:
+    # Whatever the server creates (database, keys, task records) is its own: tasks run as
+    # other users. The local backend sets modes explicitly where others need access.
+    os.umask(0o077)
     # Flags left unset (None) fall back to the environment, then the config file (config_file.py).
     overrides = {"host": host, "port": port, "run_workers": workers, "data_dir": data_dir, "database_url": database_url or None}
     overrides["log_format"] = log_format

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -59,10 +61,25 @@ _STATUS = {
 }
 
 
+def _keep_private(path: Path, mode: int) -> None:
+    # The data dir holds the database, the audit key and every task's output and request:
+    # tasks run as other users (backends/local) and must not read any of it.
+    try:
+        if path.exists() and path.stat().st_mode & 0o777 != mode:
+            os.chmod(path, mode)
+    except PermissionError:
+        log.warning("%s has mode %o and is not ours to change: other users may read it", path, path.stat().st_mode & 0o777)
+
+
 def make_context(settings: Settings) -> ServiceContext:
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    settings.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    _keep_private(settings.data_dir, 0o700)
     db = Database(settings.resolved_database_url())
     db.migrate()
+    url = settings.resolved_database_url()
+    if url.startswith("sqlite:///"):
+        for suffix in ("", "-wal", "-shm"):
+            _keep_private(Path(url.removeprefix("sqlite:///") + suffix), 0o600)
     ctx = ServiceContext(settings=settings, db=db, backends={"local": LocalBackend(settings.backend_dir / "local")})
     ctx.audit_anchor.key  # noqa: B018 -- made at first start; an unsafe key file refuses the start (AuditKeyError)
     return ctx

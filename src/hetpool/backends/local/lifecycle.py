@@ -18,11 +18,13 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from hetpool.backends.local.config import DEFAULT_TASK_ROOT
 from hetpool.backends.local.files import create_exclusive, read_int, read_text, write_atomic
 from hetpool.backends.local.sandbox import (
     TASK_PATH,
     SandboxError,
     allocate_uid,
+    create_task_root,
     kill_uid,
     lease_owner,
     make_workdir,
@@ -74,7 +76,15 @@ def prepare(job_dir: Path, rank: int, identity: dict, task_root: Path) -> Placem
     workdir = task_root / f"{job_dir.name}-w{rank}-{secrets.token_hex(8)}"
     write_atomic(wdir / "workdir", str(workdir))  # first, so teardown finds it after any crash
     if identity["via"] == "setuid":
-        make_workdir(workdir, uid, gid)
+        for attempt in range(5):
+            try:
+                make_workdir(workdir, uid, gid)
+                break
+            except FileNotFoundError:
+                # Another worker's teardown removed the (then empty) task root: make it again.
+                if attempt == 4:
+                    raise
+                create_task_root(task_root)
     # With sudo the launcher creates it, as the task user (the server cannot chown).
     return Placement(uid=uid, gid=gid, groups=list(identity.get("groups") or []), user=user, workdir=workdir)
 
@@ -100,6 +110,7 @@ def finish(job_dir: Path, rank: int, identity: dict) -> list[str]:
                 subprocess.run(sudo_launch(identity, "--cleanup", workdir), env={"PATH": TASK_PATH}, capture_output=True, check=True, timeout=120)
             else:
                 remove_tree(Path(workdir))
+                _prune(Path(workdir).parent)
         except (OSError, subprocess.SubprocessError) as exc:
             problems.append(f"could not delete {workdir}: {exc}")
     if uid is not None:
@@ -109,6 +120,16 @@ def finish(job_dir: Path, rank: int, identity: dict) -> list[str]:
     if not problems:
         create_exclusive(wdir / "cleaned", "")
     return problems
+
+
+def _prune(task_root: Path) -> None:
+    # A default task root is one directory per server data dir (tests make many): remove it
+    # when its last task is gone; `prepare` makes it again when needed.
+    if task_root.parent == DEFAULT_TASK_ROOT:
+        try:
+            task_root.rmdir()
+        except OSError:
+            pass  # other tasks' directories are still in it
 
 
 def _leased_by(leases: Path, owner: str) -> int | None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import os
 import pwd
+import re
 import resource
 import shutil
 import stat
@@ -58,12 +59,11 @@ def check_task_root(root: Path, via: str) -> Path:
     """
     root = Path(os.path.realpath(root))
     me = os.geteuid()
-    if not root.exists():
-        if via != "setuid":
-            raise SandboxError(f"task root {root} does not exist; create it with deploy/local-runas.sh")
-        _create_dirs(root)
     parts = [Path(*root.parts[: i + 1]) for i in range(len(root.parts))]
+    # The ancestors first: nothing is created below a directory tasks could tamper with.
     for path in parts[:-1]:
+        if not path.exists():
+            break  # made by us below, 0711
         st = os.stat(path)
         if st.st_uid not in (0, me):
             raise SandboxError(f"task root ancestor {path} is owned by uid {st.st_uid}, not root or the server")
@@ -71,6 +71,10 @@ def check_task_root(root: Path, via: str) -> Path:
             raise SandboxError(f"task root ancestor {path} (mode {st.st_mode & 0o7777:o}) is not traversable by task users (needs o+x)")
         if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
             raise SandboxError(f"task root ancestor {path} (mode {st.st_mode & 0o7777:o}) is writable by group or others")
+    if not root.exists():
+        if via != "setuid":
+            raise SandboxError(f"task root {root} does not exist; create it with deploy/local-runas.sh")
+        create_task_root(root)
     st = os.stat(root)
     mode = st.st_mode & 0o7777
     if st.st_uid != me:
@@ -82,7 +86,8 @@ def check_task_root(root: Path, via: str) -> Path:
     return root
 
 
-def _create_dirs(root: Path) -> None:
+def create_task_root(root: Path) -> None:
+    """Create the missing directories of `root`, each 0711 (traversable, not listable)."""
     missing = []
     path = root
     while not path.exists():
@@ -144,19 +149,22 @@ def task_environment(task_env: dict[str, str], workdir: Path, user: str, passthr
 
 
 def uids_in_use() -> set[int]:
-    """Every uid (real, effective, saved, filesystem) of a live process on this machine."""
+    """Every uid (real, effective, saved, filesystem) of a live process on this machine.
+
+    Zombies do not count: they run nothing, and their parent (maybe not ours) reaps them."""
     found: set[int] = set()
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
         try:
             with open(f"/proc/{entry.name}/status", "rb") as f:
-                for line in f:
-                    if line.startswith(b"Uid:"):
-                        found.update(int(x) for x in line.split()[1:])
-                        break
+                status = f.read()
         except OSError:
             continue  # ended while we looked
+        state = re.search(rb"^State:\s+(\S)", status, re.M)
+        uids = re.search(rb"^Uid:\s+(.*)$", status, re.M)
+        if uids and not (state and state[1] in (b"Z", b"X")):
+            found.update(int(x) for x in uids[1].split())
     return found
 
 

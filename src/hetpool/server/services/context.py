@@ -49,9 +49,11 @@ class ServiceContext:
     def backend_for(self, kind: str, cluster: ClusterSpec | None = None) -> Backend:
         """The backend that runs work of `cluster` (a Slurm / Ray / Kubernetes cluster gets
         its own instance, built from its backend_config and kept); the configured instance
-        of `kind` when no cluster is given, and always for local clusters."""
+        of `kind` when no cluster is given, and for local clusters without a backend_config.
+        A local cluster with one (run-as user, limits ...) gets its own instance on the same
+        work_dir, so every local job stays findable whichever instance started it."""
         backend = self.backends.get(kind)
-        if backend is not None and (cluster is None or kind == "local"):
+        if backend is not None and (cluster is None or (kind == "local" and not cluster.backend_config)):
             return backend
         if cluster is None:
             raise LookupError(f"no '{kind}' backend is configured on this server (configured: {', '.join(self.backends) or 'none'})")
@@ -60,5 +62,6 @@ class ServiceContext:
         if key not in cache:
             from hetpool.backends.registry import make_backend
 
-            cache[key] = make_backend(kind, dict(cluster.backend_config), self.builtin_catalog, self.settings.backend_dir / kind / cluster.name)
+            work_dir = self.settings.backend_dir / kind / ("" if kind == "local" else cluster.name)
+            cache[key] = make_backend(kind, dict(cluster.backend_config), self.builtin_catalog, work_dir)
         return cache[key]
