@@ -19,10 +19,12 @@ venv: $(STAMP)
 
 ## Start the server with the demo inventory on SQLite (data in ~/.hetpool unless DATA_DIR=...).
 demo: $(STAMP)
+	deploy/local-runas.sh
 	$(BIN)/hetpool up --demo --port $(PORT) $(if $(DATA_DIR),--data-dir $(DATA_DIR))
 
 ## The demo with a real Slurm cluster and a Ray head beside the local backend (stops them on exit).
 demo-full: $(STAMP)
+	deploy/local-runas.sh
 	@trap 'trap - EXIT; deploy/ray.sh stop; deploy/slurm.sh stop' EXIT INT TERM; \
 	  conf=$$(deploy/slurm.sh start) && ray=$$(deploy/ray.sh start) && \
 	  $(BIN)/hetpool up --demo --port $(PORT) --slurm-conf $$conf --ray-address $$ray $(if $(DATA_DIR),--data-dir $(DATA_DIR))
@@ -31,6 +33,7 @@ demo-full: $(STAMP)
 ## run the suite on SQLite and PostgreSQL; screenshots of every dashboard page land in artifacts/dashboard/.
 test: $(STAMP)
 	$(BIN)/ruff check src tests
+	deploy/local-runas.sh
 	@browser=$$(deploy/chromium.sh) && url=$$(deploy/postgres.sh start) && slurm_conf=$$(deploy/slurm.sh start) && ray_url=$$(deploy/ray.sh start) && \
 	  HETPOOL_TEST_CHROMIUM=$$browser HETPOOL_TEST_POSTGRES_URL=$$url HETPOOL_TEST_SLURM_CONF=$$slurm_conf HETPOOL_TEST_RAY_ADDRESS=$$ray_url \
 	  $(BIN)/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup; rc=$$?; \
