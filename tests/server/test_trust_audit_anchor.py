@@ -238,9 +238,7 @@ def test_events_after_the_last_checkpoint_are_reported_not_yet_anchored(demo: Te
 
 
 # ------------------------------------------------------------------- who checkpoints
-def test_the_worker_pass_checkpoints_on_its_interval_and_copies_to_the_log(
-    ctx: ServiceContext, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_the_worker_pass_checkpoints_on_its_interval_and_copies_to_the_log(ctx: ServiceContext, caplog: pytest.LogCaptureFixture) -> None:
     with ctx.db.transaction() as session:
         audit.record(session, actor="t", action="x.change", object_kind="X", object_id="1", ts=ctx.clock.now())
     with caplog.at_level(logging.INFO, logger="hetpool.audit.checkpoint"):
