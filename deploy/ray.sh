@@ -21,6 +21,8 @@
 #   HETPOOL_RAY_RESOURCES        head's custom resources (JSON)         (default below)
 #   HETPOOL_RAY_NUM_GPUS         head's built-in GPU count, no real GPU needed (default: 0)
 #   HETPOOL_RAY_START_TIMEOUT    seconds to wait for the dashboard      (default: 90)
+#   HETPOOL_RAY_ENV_PASSTHROUGH  names of the caller's variables Ray may keep (default: none); Ray is
+#                                started with `env -i`: PATH, HOME, LANG, LC_*, TZ, TMPDIR, RAY_* only
 #
 # Resource naming (what src/hetpool/connectors/ray.py maps onto catalog models):
 # "<CLASS>_<PRODUCT>" (GPU_H100, NPU_910B3) or a catalog model name (ascend-910b3).
@@ -93,11 +95,29 @@ env_for_ray() {
   export AUTOSCALER_UPDATE_INTERVAL_S="${AUTOSCALER_UPDATE_INTERVAL_S:-1}"
 }
 
+clean_env() {  # NAME=VALUE words for `env -i`: what a Ray node may pass on to every job
+  local v
+  local -a keep=("PATH=$PATH" "HOME=${HOME:-/nonexistent}" "LANG=${LANG:-C.UTF-8}")
+  # shellcheck disable=SC2086
+  for v in $(compgen -e); do
+    case "$v" in
+      RAY_* | AUTOSCALER_* | LC_* | TZ | TMPDIR) keep+=("$v=${!v}") ;;
+      *) for p in ${HETPOOL_RAY_ENV_PASSTHROUGH:-}; do [ "$v" = "$p" ] && keep+=("$v=${!v}"); done ;;
+    esac
+  done
+  printf '%s\0' "${keep[@]}"
+}
+
 launch() {  # launch NAME LOGFILE ARGS... : start `ray start --block ARGS` detached, record its PID
   local name=$1 logfile=$2; shift 2
   env_for_ray
+  # A clean environment: Ray's workers (every job's entrypoint, every task of a job) inherit the
+  # raylet's, so nothing of the caller's shell (HETPOOL_DATABASE_URL, cloud credentials, tokens)
+  # may go into `ray start`. HETPOOL_RAY_ENV_PASSTHROUGH="NAME ..." keeps more (e.g. LD_LIBRARY_PATH).
+  local -a environment
+  mapfile -d '' environment < <(clean_env)
   # setsid + no inherited stdout: `url=$(deploy/ray.sh start)` must not wait for Ray to exit.
-  setsid "$VENV/bin/ray" start --block "$@" </dev/null >"$logfile" 2>&1 &
+  setsid env -i "${environment[@]}" "$VENV/bin/ray" start --block "$@" </dev/null >"$logfile" 2>&1 &
   local pid=$!
   echo "$pid $(proc_id "$pid")" >"$PIDS/$name.pid"
 }

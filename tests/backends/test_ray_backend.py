@@ -64,8 +64,10 @@ def test_model_to_resource_is_the_connector_convention_in_reverse() -> None:
 
 
 def test_entrypoint_exports_devices_and_keeps_the_exit_code(tmp_path: Path) -> None:
-    entrypoint = build_entrypoint('echo "it\'s $GREETING"; echo dev=$ASCEND_RT_VISIBLE_DEVICES; exit 7', {"ASCEND_RT_VISIBLE_DEVICES": "2,5"})
-    done = subprocess.run(["/bin/sh", "-c", entrypoint], env={"GREETING": "hi", "PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
+    exports = {"ASCEND_RT_VISIBLE_DEVICES": "2,5", "GREETING": "hi"}
+    entrypoint = build_entrypoint('echo "it\'s $GREETING"; echo dev=$ASCEND_RT_VISIBLE_DEVICES; exit 7', exports)
+    # The Ray node's own environment stays out (backends/ray/environment.py), but for PATH & co.
+    done = subprocess.run(["/bin/sh", "-c", entrypoint], env={"GREETING": "no", "PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
     assert done.returncode == 7
     assert done.stdout == "HETPOOL_OUTPUT_BEGIN\nit's hi\ndev=2,5\n"
     assert "HETPOOL_OUTPUT_BEGIN" not in entrypoint  # Ray copies the entrypoint into the log

@@ -9,6 +9,7 @@ they are skipped and only the unit tests run.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 import uuid
@@ -328,12 +329,15 @@ def _contract_worker(rank: int, devices: int) -> WorkerLaunch:
 def slurm_work(tmp_path: Path) -> Iterator[Path]:
     if not SLURM_CONF:
         pytest.skip("HETPOOL_TEST_SLURM_CONF not set (export HETPOOL_TEST_SLURM_CONF=$(deploy/slurm.sh start))")
-    work = tmp_path / "slurm"
+    # Beside the cluster, not under tmp_path: jobs run as the run-as account (hetpool-task),
+    # which cannot traverse pytest's private (0700) base directory.
+    work = Path(SLURM_CONF).parent / "test-jobs" / uuid.uuid4().hex[:12]
     yield work
     # Leave no job behind on a cluster others may share.
     backend = SlurmBackend(_config(), CATALOG, work)
     for job_dir in (work / "jobs").iterdir() if (work / "jobs").exists() else []:
         backend.cancel(JobHandle("slurm", job_dir.name))
+    shutil.rmtree(work, ignore_errors=True)
 
 
 def _wait_terminal(backend: SlurmBackend, handle: JobHandle, timeout_s: float = 60) -> object:

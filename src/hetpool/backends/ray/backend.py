@@ -9,6 +9,8 @@ Config (`backend_config` of a Cluster with `backend: ray`; all values are string
   pending_timeout_s  a job still PENDING after this long can never start: FAILED "never fit" (default "60")
   request_memory     "false" to leave out entrypoint_memory (default "true")
   pin_nodes          "false" to let Ray choose the node (default "true": the placed node, by node id)
+  env_passthrough    "LD_LIBRARY_PATH, NCCL_*": variables of the Ray nodes' own environment a job may
+                     see besides environment.py's KEEP list (nothing else of it reaches the job)
 
 One Ray job per worker: submission id `<job_name>-r<rank>` (e.g. `hetpool-t-1-2-r0`); the
 handle's job_id is the job name, and `find` / `poll` / `cancel` look at every rank. A Ray job
@@ -22,7 +24,9 @@ of devices} where the resource is the one that stands for the worker's model on 
 `entrypoint_num_gpus`), `entrypoint_num_cpus` = worker.cpu (fractional is fine),
 `entrypoint_memory` = worker.memory_gb, and `entrypoint_label_selector` {"ray.io/node-id": …}
 for the node named worker.node. The environment (`worker_environment`, with HETPOOL_MASTER_ADDR
-= rank 0's node IP) is exported by the entrypoint, so values stay literal, and also goes in
+= rank 0's node IP) is set by the entrypoint on a clean environment (`env -i`, environment.py:
+none of the raylet's own variables but a whitelist, so no secret of whoever started Ray
+reaches a job), so values stay literal, and also goes in
 runtime_env env_vars for Ray tasks that the command starts (minus values holding "$", which Ray
 would expand). Ray sets no visible-devices variable for custom resources: the export of the
 vendor's variable carries hetpool's device indices. For Ray's built-in accelerator resources
@@ -53,7 +57,6 @@ import codecs
 import json
 import os
 import re
-import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,6 +78,7 @@ from hetpool.backends.base import (
     job_name,
     worker_environment,
 )
+from hetpool.backends.ray.environment import build_entrypoint, parse_passthrough
 from hetpool.core.errors import BackendUnavailableError
 from hetpool.core.inventory import DeviceModelSpec
 
@@ -95,10 +99,7 @@ _PG_RESOURCE = re.compile(r"^.+_group_(\d+_)?[0-9a-f]{32,}$")
 _FAMILY_WORDS = re.compile(r"^(ascend|nvidia|amd[-_ ]?instinct|amd|instinct|tesla)[-_ ]?", re.IGNORECASE)
 NODE_ID_LABEL = "ray.io/node-id"
 ACCELERATOR_TYPE_LABEL = "ray.io/accelerator-type"
-# Printed through a format so that the marker's literal never appears in the entrypoint, which
-# Ray copies into the log ("Running entrypoint for job …: <entrypoint>").
-OUTPUT_MARKER = "HETPOOL_OUTPUT_BEGIN"
-_MARKER_COMMAND = "printf 'HETPOOL_%s\\n' OUTPUT_BEGIN"
+OUTPUT_MARKER = "HETPOOL_OUTPUT_BEGIN"  # printed by the entrypoint (environment.py) before the command
 _MARKER_LINE = re.compile(r"(?:^|\n)" + OUTPUT_MARKER + r"\n")
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 # Ray's error types for a job it could not place: it waited RAY_JOB_START_TIMEOUT_SECONDS, or (a job
@@ -156,6 +157,15 @@ def _number(config: dict[str, str], key: str, default: float) -> float:
     if value <= 0:
         raise ValueError(f"ray: backend_config.{key} must be > 0")
     return value
+
+
+def config_problems(config: dict[str, str]) -> list[dict[str, str]]:
+    """Unusable settings of a Ray backend_config, {"loc", "msg"} each (apply answers 422)."""
+    try:
+        parse_passthrough(str(config.get("env_passthrough") or ""))
+    except ValueError as exc:
+        return [{"loc": "backend_config.env_passthrough", "msg": str(exc).split(": ", 2)[-1]}]
+    return []
 
 
 def parse_resource_models(text: str) -> dict[str, str]:
@@ -290,14 +300,6 @@ def _fmt(amounts: dict[str, float]) -> str:
     return ", ".join(one(r, v) for r, v in sorted(amounts.items())) or "nothing"
 
 
-def build_entrypoint(command: str, export: dict[str, str]) -> str:
-    """Shell line that Ray runs: exports, the output marker, then the command in its own shell."""
-    parts = [f"export {name}={shlex.quote(value)}" for name, value in export.items()]
-    parts.append(_MARKER_COMMAND)
-    parts.append(f"exec /bin/sh -c {shlex.quote(command)}")
-    return "; ".join(parts)
-
-
 def command_output(raw: str, entrypoint: str, sid: str) -> str | None:
     """The command's own output in a Ray job log; None while the marker is not there yet."""
     # Ray writes this line after starting the entrypoint, so it may land anywhere in the output.
@@ -414,6 +416,7 @@ class RayBackend(Backend, SupportsGang, SupportsLogStreaming):
         self.pending_timeout_s = _number(config, "pending_timeout_s", 60.0)
         self.request_memory = _flag(config, "request_memory", True)
         self.pin_nodes = _flag(config, "pin_nodes", True)
+        self.passthrough = parse_passthrough(str(config.get("env_passthrough") or ""))
         self.headers = {"Authorization": f"Bearer {config['token']}"} if config.get("token") else {}
         self.work_dir = Path(work_dir)
         self.transport = transport  # tests: httpx.MockTransport
@@ -535,13 +538,14 @@ class RayBackend(Backend, SupportsGang, SupportsLogStreaming):
         var = worker.visible_devices_env
         if var and resource in BUILTIN_ACCELERATORS:
             env.pop(var, None)  # Ray assigns these devices and sets the variable itself
-        # Exported by the entrypoint: literal values, and the vendor variable (which Ray sets for no
+        # Set by the entrypoint on a clean environment (environment.py: nothing of the raylet's own
+        # environment but a whitelist): literal values, and the vendor variable (which Ray sets for no
         # custom resource) cannot be overridden by Ray's worker setup. runtime_env carries them on to
         # Ray tasks the command starts, except values with "$", which Ray would expand (os.path.expandvars).
         exports = {k: v for k, v in env.items() if _ENV_NAME.fullmatch(k)}
         body: dict[str, Any] = {
             "submission_id": submission_id(request.job_name, worker.rank),
-            "entrypoint": build_entrypoint(request.command, exports),
+            "entrypoint": build_entrypoint(request.command, exports, self.passthrough),
             "runtime_env": {"env_vars": {k: v for k, v in env.items() if "$" not in v}},
             "metadata": {
                 "hetpool_job": request.job_name,
