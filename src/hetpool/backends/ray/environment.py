@@ -77,7 +77,7 @@ def build_entrypoint(command: str, export: dict[str, str], passthrough: tuple[st
     """Shell line that Ray runs: the kept part of Ray's environment plus `export` (literal values),
     the output marker, then the command in its own shell, under `env -i`."""
     keep = _regex(KEEP + passthrough)
-    run = ["exec env -i \"$@\"", *(f"{name}={shlex.quote(value)}" for name, value in export.items()), "/bin/sh -c", shlex.quote(command)]
+    run = ['exec env -i "$@"', *(f"{name}={shlex.quote(value)}" for name, value in export.items()), "/bin/sh -c", shlex.quote(command)]
     return "; ".join(
         [
             # Names only (values may span lines); the values are read back from the shell itself.
