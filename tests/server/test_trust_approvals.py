@@ -6,13 +6,17 @@ for approval like changing it does. SQLite and PostgreSQL."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
 import pytest
+import sqlalchemy as sa
 import yaml
+from alembic import command
 from fastapi.testclient import TestClient
 
+from hetpool.server.db.session import alembic_config, make_engine
 from tests.cli.test_cli_e2e import Server
 from tests.cli.test_users_cli import run_as
 from tests.conftest import database_url
@@ -122,7 +126,7 @@ def test_a_user_granted_a_role_or_given_a_token_by_the_requester_cannot_approve(
     apply(demo, NLP_QUOTA, policy(quota_changes=True))
     mallory = create_user(demo, "mallory", ("tenant-admin", "ai-lab"))
     granted = create_user(demo, "gus", ("viewer", "ai-lab"))  # created by the admin
-    peer = create_user(demo, "peggy", ("tenant-admin", "ai-lab"))  # created by the admin
+    create_user(demo, "peggy", ("tenant-admin", "ai-lab"))  # created by the admin
     added = mallory.post("/api/v1/users/gus/bindings", json={"bindings": [{"role": "tenant-admin", "tenant": "ai-lab/nlp"}]})
     assert added.status_code == 200, added.text
     approval_id = raise_quota(mallory)
@@ -265,3 +269,35 @@ def test_the_cli_shows_a_held_delete_and_the_refusal(cli_server: Server, tmp_pat
     assert "approved (delete quota/nlp-gpus)" in run_as(cli_server, trent, "approvals", "approve", approval_id, "-m", "ok").stdout
     gone = run_as(cli_server, None, "get", "quotas", "-o", "json")
     assert [q["name"] for q in yaml.safe_load(gone.stdout)] == []
+
+
+def test_the_upgrade_fills_in_who_created_each_user_and_issued_each_token(db_kind: str, tmp_path: Path) -> None:
+    """Migration 20261201_0008b: creators from the user.create / token.create events,
+    else from the granter of the user's earliest binding; unknown stays ''."""
+    users = sa.table("users", *(sa.column(c) for c in ("id", "name", "role", "created_at")))
+    bindings = sa.table("role_bindings", *(sa.column(c) for c in ("user_id", "role", "tenant", "created_at", "created_by")))
+    tokens = sa.table("api_tokens", *(sa.column(c) for c in ("id", "user_id", "token_hash", "label", "created_at")))
+    events = sa.table("audit_events", *(sa.column(c) for c in ("ts", "actor", "action", "object_kind", "object_id", "prev_hash", "hash")))
+    engine = make_engine(database_url(db_kind, tmp_path))
+    cfg = alembic_config()
+    NO_HASH = {"prev_hash": "", "hash": ""}  # noqa: N806 - the chain is not what this checks
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "20261130_0007a")
+        command.upgrade(cfg, "20261130_0007b")
+        now = datetime(2026, 11, 30, tzinfo=UTC)
+        people = [(1, "admin", "system"), (2, "mallory", "admin"), (3, "mallory2", "mallory"), (4, "oldie", None)]
+        for user_id, name, creator in people:
+            conn.execute(users.insert().values(id=user_id, name=name, role="tenant-admin", created_at=now))
+            conn.execute(bindings.insert().values(user_id=user_id, role="tenant-admin", tenant="ai-lab", created_at=now, created_by="mallory"))
+            if creator:
+                conn.execute(events.insert().values(ts=now, actor=creator, action="user.create", object_kind="User", object_id=name, **NO_HASH))
+        for token_id, user_id in ((5, 3), (6, 4)):
+            conn.execute(tokens.insert().values(id=token_id, user_id=user_id, token_hash=f"h{token_id}", label="", created_at=now))
+        conn.execute(events.insert().values(ts=now, actor="mallory", action="token.create", object_kind="ApiToken", object_id="5", **NO_HASH))
+        command.upgrade(cfg, "20261201_0008b")
+        created = dict(conn.execute(sa.text("SELECT name, created_by FROM users")).all())
+        issued = dict(conn.execute(sa.text("SELECT id, created_by FROM api_tokens")).all())
+    engine.dispose()
+    assert created == {"admin": "system", "mallory": "admin", "mallory2": "mallory", "oldie": "mallory"}
+    assert issued == {5: "mallory", 6: ""}
