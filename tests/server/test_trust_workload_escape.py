@@ -11,10 +11,11 @@ those lines from the task's logs and checks the outcome through the API.
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import shlex
-import sys
+import shutil
 from urllib.parse import urlsplit, urlunsplit
 
 from fastapi.testclient import TestClient
@@ -58,26 +59,32 @@ def _attempt(label: str, shell: str) -> str:
     return f"if ( {shell} ) >/dev/null 2>&1; then echo {label}:ESCAPED; else echo {label}:denied; fi"
 
 
+def _psql() -> str:
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/psql")) or [shutil.which("psql") or "psql"]
+    return found[-1]
+
+
 def _db_attempts(ctx: ServiceContext, db_kind: str) -> list[str]:
-    python = shlex.quote(sys.executable)
+    """Read and write attempts with clients any user can run (the server's own python may be
+    unreachable for other users); a control line proves the client itself works."""
     url = ctx.settings.resolved_database_url()
     grant = (
         "INSERT INTO role_bindings (user_id, role, tenant, created_at, created_by) "
         "SELECT id, 'platform-admin', '', CURRENT_TIMESTAMP, 'escape' FROM users WHERE name = 'bob'"
     )
     if db_kind == "sqlite":
-        path = url.removeprefix("sqlite:///")
-        write = f"import sqlite3; c = sqlite3.connect({path!r}); c.execute({grant!r}); c.commit()"
+        path = shlex.quote(url.removeprefix("sqlite:///"))
         return [
-            _attempt("db-read", f"head -c 100 {shlex.quote(path)}"),
-            _attempt("db-write", f"{python} -c {shlex.quote(write)}"),
+            'echo "client:$(sqlite3 :memory: "SELECT 40+2")"',
+            _attempt("db-read", f"head -c 100 {path}"),
+            _attempt("db-write", f"sqlite3 {path} {shlex.quote(grant)}"),
         ]
-    guessed = _without_password(url)
-    read = f"import psycopg; psycopg.connect({guessed!r}).execute('SELECT name FROM users').fetchall()"
-    write = f"import psycopg; c = psycopg.connect({guessed!r}); c.execute({grant!r}); c.commit()"
+    guessed = shlex.quote(_without_password(url))
+    psql = shlex.quote(_psql())
     return [
-        _attempt("db-read", f"{python} -c {shlex.quote(read)}"),
-        _attempt("db-write", f"{python} -c {shlex.quote(write)}"),
+        f'echo "client:$({psql} --version | grep -c PostgreSQL)"',
+        _attempt("db-read", f"{psql} -w {guessed} -c 'SELECT name FROM users'"),
+        _attempt("db-write", f"{psql} -w {guessed} -c {shlex.quote(grant)}"),
     ]
 
 
@@ -116,6 +123,8 @@ def test_a_members_task_cannot_read_the_db_other_tenants_output_or_the_server_en
         b_log = _logs(bob, b_id)
         assert finished["state"] == "succeeded", (finished, b_log)
 
+        # The database client ran (its failures below are refusals, not a missing tool).
+        assert re.search(r"^client:(42|1)$", b_log, re.M), b_log
         results = dict(re.findall(r"^([a-z-]+):(ESCAPED|denied)$", b_log, re.M))
         expected = ["db-read", "db-write", "other-log", "other-workdir", "signal-other", "proc-environ"]
         assert results == {label: "denied" for label in expected}, b_log
