@@ -13,7 +13,9 @@ from sqlalchemy.exc import IntegrityError
 from hetpool.server.db.session import alembic_config, make_engine, migrate
 from hetpool.server.services.context import ServiceContext
 from tests.conftest import database_url
+from tests.server.helpers import drive_until, example_task, task_state
 from tests.server.test_access_api import as_token, events, make_user
+from tests.server.test_quota_api import ESTATE, pending, submit
 
 A, B = "ai-lab/nlp", "infra"
 
@@ -84,6 +86,17 @@ def test_another_tenants_quota_cannot_be_probed_by_writing_to_it(demo: TestClien
     taken = fadmin.post("/api/v1/apply", json={"documents": [{**OF_A[0], "tenant": B}]})
     assert taken.status_code in (403, 409) and A not in taken.text and "ai-lab" not in taken.text, taken.text
     assert demo.get("/api/v1/objects/quotas/nlp-quota").json()["tenant"] == A
+
+
+def test_a_typo_in_a_tenant_offers_only_tenants_of_the_callers_own_tree(demo: TestClient) -> None:
+    lead = make_user(demo, "lead", ("tenant-admin", A))
+    task = {**example_task("data-prep.yaml"), "tenant": f"{A}/typo"}
+    for path in ("/api/v1/tasks/plan", "/api/v1/tasks"):
+        refused = lead.post(path, json=task)
+        assert refused.status_code == 422 and f"unknown tenant '{A}/typo'" in refused.json()["message"], refused.text
+        assert f"{A}/llm-sft" in refused.text and B not in refused.text and "ai-lab/cv" not in refused.text, refused.text
+    granted = lead.post("/api/v1/users", json={"name": "newbie", "bindings": [{"role": "viewer", "tenant": f"{A}/typo"}]})
+    assert granted.status_code == 422 and f"{A}/llm-sft" in granted.text and B not in granted.text, granted.text
 
 
 def test_binding_errors_never_name_roles_outside_the_callers_scope(demo: TestClient) -> None:
@@ -200,3 +213,30 @@ def test_every_bad_token_gets_the_same_401_and_the_audit_keeps_the_reason(ctx: S
     reasons = [e["after"]["reason"] for e in events(demo, action="auth.failure")]
     assert reasons == ["expired", "revoked", "invalid", "invalid", "invalid", "invalid", "missing"]
     assert as_token(demo, revoked["token"]).get("/api/v1/whoami").status_code == 401
+
+
+def test_a_preempted_or_waiting_task_is_not_told_another_tenants_task_ids(ctx: ServiceContext, api: TestClient) -> None:
+    assert api.post("/api/v1/apply", json={"documents": ESTATE}).status_code == 200
+    b_member, a_member = make_user(api, "b-dev", ("member", "org/b")), make_user(api, "a-dev", ("member", "org/a"))
+    # org/b borrows org/a's idle quota; org/a takes it back by preempting org/b's task.
+    borrower = submit(api, "org/b", 6, "b-big", priority="high")
+    drive_until(ctx, lambda: task_state(api, borrower) == "running")
+    lender = submit(api, "org/a", 4, "a-needs-its-quota", priority="low", command="sleep 60")
+    drive_until(ctx, lambda: task_state(api, lender) == "running", timeout_s=30)
+    seen_by_b = b_member.get(f"/api/v1/tasks/{borrower}")
+    assert any(e["action"] == "task.preempted" for e in seen_by_b.json()["events"]), seen_by_b.text
+    assert "quota reclaimed by another tenant" in seen_by_b.text
+    assert lender not in seen_by_b.text and "org/a" not in seen_by_b.text, seen_by_b.text
+    for task_id in (borrower, lender):
+        api.post(f"/api/v1/tasks/{task_id}/cancel")
+    drive_until(ctx, lambda: {task_state(api, borrower), task_state(api, lender)} == {"cancelled"}, timeout_s=30)
+    # org/a would have to borrow from org/b, whose task runs within its own quota: told so, without its id.
+    b_own = submit(api, "org/b", 4, "b-own")
+    a_own = submit(api, "org/a", 4, "a-own", priority="high")
+    drive_until(ctx, lambda: task_state(api, b_own) == task_state(api, a_own) == "running", timeout_s=30)
+    a_over = submit(api, "org/a", 2, "a-over", priority="high")
+    drive_until(ctx, lambda: "would have to borrow" in pending(api, a_over))
+    seen_by_a = a_member.get(f"/api/v1/tasks/{a_over}")
+    assert "1 task(s) of other tenants" in seen_by_a.text and b_own not in seen_by_a.text, seen_by_a.text
+    for task_id in (b_own, a_own, a_over):
+        api.post(f"/api/v1/tasks/{task_id}/cancel")

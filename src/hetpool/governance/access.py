@@ -136,6 +136,17 @@ def sees_governing(bindings: Iterable[Binding], action: str, tenant: str | None)
     return tenant is not None and any(covers(s, tenant) or covers(tenant, s) for s in scopes)
 
 
+def preemption_notice(victim_tenant: str, preemptor_tenant: str, preemptor_id: str, message: str) -> str:
+    """The preemption message kept in the victim task's events, which its readers see.
+    They may read tasks of the victim's subtree only, so a preemptor from anywhere else
+    (a sibling reclaiming its quota, another org) is named as "another tenant": its task
+    id and tenant path are not theirs to know. What was freed, where, stays."""
+    if covers(victim_tenant, preemptor_tenant):
+        return message
+    message = message.replace(f"quota reclaimed by {preemptor_tenant}:", "quota reclaimed by another tenant:")
+    return message.replace(f"preempted by {preemptor_id}", "preempted by a task of another tenant")
+
+
 def holds(bindings: Iterable[Binding], role: str, tenant: str | None = None) -> bool:
     """Does some binding of `role` (or platform-admin, which holds every role) reach `tenant`?"""
     return any((b.role == role or b.role == "platform-admin") and (tenant is None or covers(b.tenant, tenant)) for b in bindings)

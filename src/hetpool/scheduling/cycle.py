@@ -389,7 +389,8 @@ def _quota_blocks_plan(quota, spec: TaskSpec, plan) -> str:
     if not verdict.ok:
         return verdict.reason
     if verdict.borrowing and guaranteed:
-        return f"it would have to borrow, and {', '.join(guaranteed)} run within their own quota"
+        # A count, not the ids: they are other tenants' tasks, and this reason is shown to the waiting task's readers.
+        return f"it would have to borrow, and {len(guaranteed)} task(s) of other tenants run within their own quota"
     return ""
 
 

@@ -13,6 +13,7 @@ from hetpool.core.errors import BudgetExceededError, ConflictError, NotFoundErro
 from hetpool.core.specs import parse_spec, spec_to_document
 from hetpool.core.states import ACTIVE_STATES, TaskState, check_transition
 from hetpool.core.tasks import TaskSpec, apply_template
+from hetpool.core.tenancy import tenant_ancestors
 from hetpool.core.units import format_duration
 from hetpool.scheduling.assign import assign
 from hetpool.scheduling.estimate import cost_per_hour, runtime_on
@@ -57,7 +58,10 @@ def resolve_task_spec(inv: Inventory, raw: dict[str, Any]) -> TaskSpec:
         raw = apply_template(raw, template)
     spec = parse_spec(raw)
     if spec.tenant not in inv.tenants:
-        known = ", ".join(sorted(inv.tenants)) or "none"
+        # The caller may submit to this path, so it holds a role on an existing ancestor (or
+        # everywhere): offer that ancestor's subtree, never every team of the estate.
+        root = next((t for t in reversed(tenant_ancestors(spec.tenant)) if t in inv.tenants), None)
+        known = ", ".join(sorted(t for t in inv.tenants if root is None or t == root or t.startswith(root + "/"))) or "none"
         raise SpecError(f"tenant: unknown tenant {spec.tenant!r}; known: {known}", details=[{"loc": "tenant", "msg": "unknown tenant"}])
     if spec.queue and spec.queue != "default" and spec.queue not in inv.queues:
         known = ", ".join(["default", *sorted(inv.queues)])

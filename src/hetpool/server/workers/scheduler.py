@@ -11,6 +11,7 @@ from sqlalchemy import select, update
 
 from hetpool.core.governance import APPROVED_OVER_QUOTA_LABEL
 from hetpool.core.states import TaskState
+from hetpool.governance.access import preemption_notice
 from hetpool.scheduling.cycle import CycleResult, QueuedTask, run_cycle
 from hetpool.server.db.models import PlacementRow, TaskRow
 from hetpool.server.db.models_idempotency import SchedulerEpochRow
@@ -166,6 +167,9 @@ def _request_preemption(ctx: ServiceContext, session, victim_id: str, preemptor_
     if victim.preempt_reason or state not in (TaskState.ADMITTED, TaskState.DISPATCHED, TaskState.RUNNING, TaskState.UNKNOWN):
         return
     message = reason or f"preempted by {preemptor_id}"
+    preemptor = session.get(TaskRow, preemptor_id)
+    if preemptor is not None:  # the victim's readers see this message: no other tenant's task id or path
+        message = preemption_notice(victim.tenant, preemptor.tenant, preemptor_id, message)
     if state == TaskState.ADMITTED:
         preempt_now(ctx, session, victim, message)
     else:
