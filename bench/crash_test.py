@@ -504,6 +504,9 @@ def main() -> int:
     data_dir.mkdir(parents=True)
     ledger = work / "ledger.txt"
     ledger.touch()
+    # Tasks run as their own identities (never the server's): they may only append here.
+    ledger.chmod(0o666)
+    work.chmod(0o755)
     pg_env = {**os.environ, "HETPOOL_PG_PORT": str(args.pg_port), "HETPOOL_PG_DIR": f"/tmp/hetpool-pg-crash-{args.pg_port}"}
     pg = str(REPO / "deploy" / "postgres.sh")
     conf, started_slurm = slurm_conf(args.start_slurm) if "slurm" in backends else ("", False)
