@@ -36,6 +36,8 @@ DATABASES = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 SHARED_ENGINE_MODULES = {
     "test_ray_backend.py",
     "test_slurm_backend.py",
+    "test_slurm_runas.py",
+    "test_ray_runas.py",
     "test_demo_full.py",
     "test_slurm_e2e.py",
     "test_ray.py",

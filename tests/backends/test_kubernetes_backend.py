@@ -67,7 +67,9 @@ def request(workers: list[WorkerLaunch] | None = None, command: str = "echo hi",
 
 
 def config(**kw: str) -> ManifestConfig:
-    return ManifestConfig.from_config({"image_default": "registry.local/train:1", **kw})
+    # One namespace for every tenant (the layout these tests were written for); per-tenant
+    # namespaces: tests/backends/test_kubernetes_security.py.
+    return ManifestConfig.from_config({"image_default": "registry.local/train:1", "namespace_mode": "single", **kw})
 
 
 def pod_spec(job: dict) -> dict:
@@ -322,7 +324,8 @@ def api() -> Iterator[FakeJobsAPI]:
 
 
 def backend_for(api: FakeJobsAPI, tmp_path: Path, **cfg: str) -> KubernetesBackend:
-    return KubernetesBackend({"host": api.url, "token": TOKEN, "image_default": "busybox:1.36", **cfg}, CATALOG, tmp_path / "work")
+    config = {"host": api.url, "token": TOKEN, "image_default": "busybox:1.36", "namespace_mode": "single", **cfg}
+    return KubernetesBackend(config, CATALOG, tmp_path / "work")
 
 
 def until(backend: KubernetesBackend, handle: JobHandle, *phases: JobPhase, timeout: float = 10.0):
@@ -345,7 +348,7 @@ def test_submit_sends_the_manifest_with_the_token(api: FakeJobsAPI, tmp_path: Pa
     assert [p.path for p in posts] == ["/apis/batch/v1/namespaces/hetpool/jobs", "/api/v1/namespaces/hetpool/services"]
     assert all(r.headers["authorization"] == f"Bearer {TOKEN}" for r in api.requests)
     sent = posts[0].body
-    expected = job_manifest(req, ManifestConfig.from_config({"image_default": "busybox:1.36"}), CATALOG)
+    expected = job_manifest(req, ManifestConfig.from_config({"image_default": "busybox:1.36", "namespace_mode": "single"}), CATALOG)
     assert sent == expected
     owner = posts[1].body["metadata"]["ownerReferences"][0]
     assert owner["uid"] == api.get("jobs.batch", "hetpool-t-abc-1")["metadata"]["uid"]  # the Service goes with the Job
@@ -546,7 +549,9 @@ def test_kubeconfig_and_context_are_the_connectors_keys(api: FakeJobsAPI, tmp_pa
             }
         )
     )
-    backend = KubernetesBackend({"kubeconfig": str(kubeconfig), "context": "train", "image_default": "busybox:1.36"}, CATALOG, tmp_path)
+    backend = KubernetesBackend(
+        {"kubeconfig": str(kubeconfig), "context": "train", "image_default": "busybox:1.36", "namespace_mode": "single"}, CATALOG, tmp_path
+    )
     handle = backend.submit(request())
     assert until(backend, handle, JobPhase.SUCCEEDED).exit_code == 0
     assert api.requests[0].path.startswith("/apis/batch/v1/namespaces/hetpool/")  # the backend's namespace, not the context's

@@ -69,3 +69,25 @@ def capability_gaps(kind: str, config: dict[str, str], needs: dict[str, str]) ->
             }
         )
     return gaps
+
+
+def config_problems(kind: str, config: dict[str, str]) -> list[dict[str, str]]:
+    """{"loc": "backend_config.<key>", "msg"} for each unusable setting of a cluster's backend_config,
+    checked at `apply` (a 422) so that a bad run-as or security setting never reaches dispatch."""
+    if kind == "local":
+        from hetpool.backends.local.config import config_problems as local_problems
+
+        return [{"loc": f"backend_config.{key}", "msg": msg} for key, msg in local_problems(config)]
+    if kind == "slurm":
+        from hetpool.backends.slurm.runas import config_problems as slurm_problems
+
+        return slurm_problems(config)
+    if kind == "ray":
+        from hetpool.backends.ray.backend import config_problems as ray_problems
+
+        return ray_problems(config)
+    if kind == "kubernetes":
+        from hetpool.backends.kubernetes.manifests import config_problems as k8s_problems
+
+        return k8s_problems(config)
+    return []

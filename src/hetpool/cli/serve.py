@@ -36,6 +36,9 @@ def engine_clusters(slurm_conf: str, ray_address: str) -> list[dict]:
     docs = []
     if slurm_conf:
         config = {"conf": slurm_conf, "gres_models": "gpu:a100=nvidia-a100-80g", "sync_interval_s": "10"}
+        # Jobs run as hetpool-task (deploy/slurm-accounts.sh), which cannot enter the server's
+        # private data dir: their directories live beside deploy/slurm.sh's cluster instead.
+        config["jobs_dir"] = str(Path(slurm_conf).parent / "hetpool-jobs")
         docs.append({"kind": "Cluster", "name": "hpc", "backend": "slurm", "zone": "hpc", "backend_config": config})
     if ray_address:
         config = {"address": ray_address, "sync_interval_s": "10"}

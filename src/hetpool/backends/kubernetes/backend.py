@@ -13,6 +13,11 @@ gets 409 AlreadyExists adopts the existing object (after checking its hetpool.io
 attempt annotations). State lives in the cluster, except one thing: a cancelled job is
 deleted, and only a marker file under `<work_dir>/cancelled/<namespace>/<name>` tells
 "cancelled" from "lost" afterwards.
+
+Each tenant's work goes to its own namespace (manifests.py, `namespace_mode: tenant`), so the
+handle's job_id is `<namespace>/<name>`; with `namespace_mode: single` it is the bare name, in
+the one configured namespace. `find` (which knows no tenant) reads the namespace from
+`<work_dir>/namespaces/<name>`, written at submit.
 """
 
 from __future__ import annotations
@@ -177,7 +182,7 @@ class KubernetesBackend(Backend, SupportsGang, SupportsLogStreaming):
         self.config = {k: str(v) for k, v in (config or {}).items()}
         self.settings = ManifestConfig.from_config(self.config)
         self.catalog = catalog
-        self.namespace = self.settings.namespace
+        self.namespace = self.settings.namespace  # namespace_mode single: the only one; else the default for bare names
         self.work_dir = Path(work_dir)
         try:
             self.timeout_s = float(self.config.get("timeout_s") or "10")
@@ -195,35 +200,37 @@ class KubernetesBackend(Backend, SupportsGang, SupportsLogStreaming):
     def submit(self, request: LaunchRequest) -> JobHandle:
         name = k8s_name(request.job_name)
         port = serve_port(request)
+        cfg = self.settings.for_tenant(request.tenant)  # the tenant's namespace
         # Every manifest is built before the first call: a request that cannot be expressed
         # leaves nothing behind in the cluster.
         if port is not None:
-            kind, objects = "deployment", inference_manifests(request, port, self.settings, self.catalog)
-        elif self.settings.gang_mode == "jobset":
-            kind, objects = "jobset", [jobset_manifest(request, self.settings, self.catalog)]
-        elif self.settings.gang_mode == "volcano":
-            kind, objects = "vcjob", [volcano_manifest(request, self.settings, self.catalog)]
+            kind, objects = "deployment", inference_manifests(request, port, cfg, self.catalog)
+        elif cfg.gang_mode == "jobset":
+            kind, objects = "jobset", [jobset_manifest(request, cfg, self.catalog)]
+        elif cfg.gang_mode == "volcano":
+            kind, objects = "vcjob", [volcano_manifest(request, cfg, self.catalog)]
         else:
-            kind, objects = "job", [job_manifest(request, self.settings, self.catalog)]
-        handle = JobHandle(backend=self.kind, job_id=name)
-        if self._cancelled(name):
+            kind, objects = "job", [job_manifest(request, cfg, self.catalog)]
+        ref = self._remember(cfg.namespace, name)
+        handle = JobHandle(backend=self.kind, job_id=ref)
+        if self._cancelled(ref):
             return handle  # cancelled before this (repeated) submit: never start it again
         created = self._create(kind, objects[0])
         if created is None:  # 409 AlreadyExists: the name is the idempotency key
-            created = self._read(kind, name)
+            created = self._read(kind, ref)
             if created is None:
-                raise BackendUnavailableError(f"{_KIND_NAMES[kind]} {self.namespace}/{name} already existed but is gone now (deleted meanwhile?)")
+                raise BackendUnavailableError(f"{_KIND_NAMES[kind]} {cfg.namespace}/{name} already existed but is gone now (deleted meanwhile?)")
             self._check_owner(kind, created, request.task_id, request.attempt)
         # The gang's / server's Service comes second, also on a repeated submit: a submit that
         # died in between leaves it missing, and this is where it is repaired.
         if kind == "job" and len(request.workers) > 1:
-            self._create("service", headless_service(name, self.settings, owner=created))
+            self._create("service", headless_service(name, cfg, owner=created))
         elif kind == "deployment":
             self._create("service", objects[1])
         return handle
 
     def find(self, task_id: str, attempt: int) -> JobHandle | None:
-        name = k8s_name(job_name(task_id, attempt))
+        name = self._recalled(k8s_name(job_name(task_id, attempt)))
         found = self._get(name)
         if found is None:
             return None
@@ -237,7 +244,7 @@ class KubernetesBackend(Backend, SupportsGang, SupportsLogStreaming):
 
     def cancel(self, handle: JobHandle) -> None:
         name = handle.job_id
-        if not is_k8s_name(name):
+        if not self._valid(name):
             return
         found = self._get(name)
         if found is None or _terminal(*found):
@@ -251,12 +258,13 @@ class KubernetesBackend(Backend, SupportsGang, SupportsLogStreaming):
 
     def logs(self, handle: JobHandle, rank: int = 0, offset: int = 0, limit: int = 65536) -> LogChunk:
         name = handle.job_id
-        found = self._get(name) if is_k8s_name(name) else None
-        by_rank = _by_rank(self._pods(name)) if is_k8s_name(name) else {}
+        valid = self._valid(name)
+        found = self._get(name) if valid else None
+        by_rank = _by_rank(self._pods(name)) if valid else {}
         if found is None and not by_rank:
-            if is_k8s_name(name) and self._cancelled(name):
+            if valid and self._cancelled(name):
                 return LogChunk(text="", offset=offset, complete=True)  # deleted with its pods
-            raise ValueError(f"unknown kubernetes job {name!r} in namespace {self.namespace}")
+            raise ValueError(f"unknown kubernetes job {name!r} in namespace {self._split(name)[0]}")
         size = _size(*found) if found else max(by_rank) + 1
         if not 0 <= rank < size:
             raise ValueError(f"job {name} has no worker rank {rank}; valid ranks: {list(range(size))}")
@@ -265,7 +273,7 @@ class KubernetesBackend(Backend, SupportsGang, SupportsLogStreaming):
             return LogChunk(text="", offset=offset, complete=found is None or _terminal(*found))
         want = max(limit, 4)  # at least one whole UTF-8 character
         # The API has no byte offset: ask for the first offset+want bytes and keep the tail.
-        data = self._log_bytes(pod["metadata"]["name"], offset + want)
+        data = self._log_bytes(name, pod["metadata"]["name"], offset + want)
         at_eof = len(data) < offset + want
         chunk = data[offset:]
         final = _pod_ended(pod) and at_eof
@@ -277,13 +285,13 @@ class KubernetesBackend(Backend, SupportsGang, SupportsLogStreaming):
     # -- status ---------------------------------------------------------------------------
 
     def _status(self, name: str) -> JobStatus:
-        if not is_k8s_name(name):
+        if not self._valid(name):
             return JobStatus(JobPhase.LOST, message=f"{name!r} is not a Kubernetes object name")
         found = self._get(name)
         cancelled = self._cancelled(name)
         if found is None:
             if not cancelled:
-                return JobStatus(JobPhase.LOST, message=f"no job {self.namespace}/{name} in the cluster")
+                return JobStatus(JobPhase.LOST, message=f"no job {'/'.join(self._split(name))} in the cluster")
             # Background deletion: the pods are removed after their Job; the devices are free
             # only once none is left.
             left = [p for p in self._pods(name) if not _pod_ended(p)]
@@ -426,7 +434,7 @@ class KubernetesBackend(Backend, SupportsGang, SupportsLogStreaming):
 
     def _create(self, kind: str, body: dict) -> dict | None:
         """The created object, or None when one of that name exists (409 AlreadyExists)."""
-        a, ns = self._client(), self.namespace
+        a, ns = self._client(), body["metadata"]["namespace"]
         if kind in ("jobset", "vcjob"):
             group, version, plural = self._custom(kind)
             return self._json(a.custom.create_namespaced_custom_object, group, version, ns, plural, body, allow=(409,))
@@ -437,18 +445,18 @@ class KubernetesBackend(Backend, SupportsGang, SupportsLogStreaming):
         }
         return self._json(create[kind], ns, body, allow=(409,))
 
-    def _read(self, kind: str, name: str) -> dict | None:
-        a, ns = self._client(), self.namespace
+    def _read(self, kind: str, ref: str) -> dict | None:
+        a, (ns, name) = self._client(), self._split(ref)
         if kind in ("jobset", "vcjob"):
             group, version, plural = self._custom(kind)
             return self._json(a.custom.get_namespaced_custom_object, group, version, ns, plural, name)
         read = {"job": a.batch.read_namespaced_job, "deployment": a.apps.read_namespaced_deployment}
         return self._json(read[kind], name, ns)
 
-    def _delete(self, kind: str, name: str) -> None:
+    def _delete(self, kind: str, ref: str) -> None:
         """Delete (404 is fine). Background: the object goes now, its pods right after; the
         API's default for batch/v1 Jobs would orphan the pods and leave them running."""
-        a, ns = self._client(), self.namespace
+        a, (ns, name) = self._client(), self._split(ref)
         if kind in ("jobset", "vcjob"):
             group, version, plural = self._custom(kind)
             self._call(a.custom.delete_namespaced_custom_object, group, version, ns, plural, name, propagation_policy="Background")
@@ -469,15 +477,15 @@ class KubernetesBackend(Backend, SupportsGang, SupportsLogStreaming):
                 return kind, obj
         return None
 
-    def _pods(self, name: str) -> list[dict]:
-        a = self._client()
-        answer = self._json(a.core.list_namespaced_pod, self.namespace, label_selector=f"{LABEL_JOB}={name}")
+    def _pods(self, ref: str) -> list[dict]:
+        a, (ns, name) = self._client(), self._split(ref)
+        answer = self._json(a.core.list_namespaced_pod, ns, label_selector=f"{LABEL_JOB}={name}")
         return list((answer or {}).get("items") or [])
 
-    def _log_bytes(self, pod: str, limit_bytes: int) -> bytes:
-        a = self._client()
+    def _log_bytes(self, ref: str, pod: str, limit_bytes: int) -> bytes:
+        a, ns = self._client(), self._split(ref)[0]
         # 400: the container has not started (or the pod is pending); 404: the pod is gone.
-        response = self._call(a.core.read_namespaced_pod_log, pod, self.namespace, container=CONTAINER, limit_bytes=limit_bytes, allow=(400, 404))
+        response = self._call(a.core.read_namespaced_pod_log, pod, ns, container=CONTAINER, limit_bytes=limit_bytes, allow=(400, 404))
         return b"" if response is None else bytes(response.data)
 
     def _check_owner(self, kind: str, obj: dict, task_id: str, attempt: int) -> None:
@@ -486,13 +494,42 @@ class KubernetesBackend(Backend, SupportsGang, SupportsLogStreaming):
             owner = (
                 f"task {notes.get(ANNOTATION_TASK)!r} attempt {notes.get(ANNOTATION_ATTEMPT)!r}" if notes.get(ANNOTATION_TASK) else "no hetpool task"
             )
-            name = (obj.get("metadata") or {}).get("name")
-            raise KubernetesError(f"{_KIND_NAMES[kind]} {self.namespace}/{name} exists but belongs to {owner}, not {task_id!r} attempt {attempt}")
+            meta = obj.get("metadata") or {}
+            where = f"{meta.get('namespace') or self.namespace}/{meta.get('name')}"
+            raise KubernetesError(f"{_KIND_NAMES[kind]} {where} exists but belongs to {owner}, not {task_id!r} attempt {attempt}")
 
     # -- cancellation markers -----------------------------------------------------------------
 
-    def _marker(self, name: str) -> Path:
-        return self.work_dir / "cancelled" / self.namespace / name
+    def _marker(self, ref: str) -> Path:
+        return self.work_dir / "cancelled" / "/".join(self._split(ref))
+
+    # -- namespaces: a handle's job_id is "<namespace>/<name>" (a bare name: self.namespace) ---------
+
+    def _split(self, ref: str) -> tuple[str, str]:
+        ns, _, name = ref.rpartition("/")
+        return ns or self.namespace, name
+
+    def _valid(self, ref: str) -> bool:
+        return ref.count("/") <= 1 and all(is_k8s_name(part) for part in self._split(ref))
+
+    def _remember(self, ns: str, name: str) -> str:
+        """The job_id for `name` in `ns`; in tenant mode the namespace is also kept for `find`."""
+        if self.settings.namespace_mode == "single":
+            return name
+        record = self.work_dir / "namespaces" / name
+        if not record.exists():
+            record.parent.mkdir(parents=True, exist_ok=True)
+            record.write_text(ns)
+        return f"{ns}/{name}"
+
+    def _recalled(self, name: str) -> str:
+        if self.settings.namespace_mode == "single":
+            return name
+        try:
+            ns = (self.work_dir / "namespaces" / name).read_text().strip()
+        except FileNotFoundError:
+            return name
+        return f"{ns}/{name}" if is_k8s_name(ns) else name
 
     def _cancelled(self, name: str) -> bool:
         return self._marker(name).exists()

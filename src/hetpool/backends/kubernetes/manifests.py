@@ -18,22 +18,43 @@ Gang design (see docs/backends.md#the-kubernetes-backend):
   HETPOOL_NODE comes from the downward API.
 - `jobset` / `volcano`: one replicated job / task PER RANK, each with its own exact template
   (node, environment, resources): every placement is expressible.
+
+Isolation (issue 14; docs/backends.md#the-kubernetes-backend):
+
+- a namespace per tenant (`namespace_mode: tenant`, the default): `tenant_namespace` maps the
+  tenant path to a DNS label, injectively (a hash where the readable form could be ambiguous),
+  or `tenant_namespaces` names them; `namespace_mode: single` (or a `namespace` key alone)
+  keeps every tenant in one namespace, for a single-tenant cluster;
+- every pod runs as a non-root uid/gid (`run_as_user` / `run_as_group`, default 1000; 0 is
+  refused), without privilege escalation, with every capability dropped, seccomp
+  RuntimeDefault, no service-account token, no host namespaces and no volumes at all (so no
+  hostPath): what PodSecurity "restricted" demands. Keys that would loosen this are refused;
+- the pod's environment is the task's (worker_environment), never the server's.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from collections import Counter
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from hetpool.backends.base import LaunchRequest, WorkerLaunch, worker_environment
+from hetpool.backends.kubernetes.config import (  # noqa: F401 (re-exported: the config was split out of this module)
+    DEFAULT_NAMESPACE,
+    DEFAULT_NODE_LABEL,
+    FORBIDDEN_KEYS,
+    GANG_MODES,
+    ConfigError,
+    ManifestConfig,
+    ManifestError,
+    config_problems,
+    is_k8s_name,
+    model_resources,
+    parse_tolerations,
+    tenant_namespace,
+)
 
-GANG_MODES = ("indexed-job", "jobset", "volcano", "kueue")
-DEFAULT_NAMESPACE = "hetpool"
-DEFAULT_NODE_LABEL = "kubernetes.io/hostname"
 NODE_NAME_FIELD = "metadata.name"  # node_selector_label value that pins by node name (matchFields) instead of a label
 SERVE_PORT_ENV = "HETPOOL_SERVE_PORT"  # in request.env: run the request as a Deployment + Service on this port
 CONTAINER = "worker"
@@ -58,12 +79,6 @@ VOLCANO_API = ("batch.volcano.sh", "v1alpha1", "jobs", "Job")
 # Indexed Job pod hostnames `<name>-<index>`, JobSet hostnames `<name>-r<rank>-0-0`, Volcano
 # `<name>-r<rank>-0` (ranks < 1024).
 MAX_NAME = 50
-_DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-_TOLERATION_KEYS = {"key", "operator", "value", "effect", "tolerationSeconds"}
-
-
-class ManifestError(ValueError):
-    """The request or the backend_config cannot be expressed as Kubernetes objects."""
 
 
 class DeviceModels(Protocol):
@@ -89,10 +104,6 @@ def k8s_name(name: str, max_len: int = MAX_NAME) -> str:
     return f"{clean[: max_len - 9].rstrip('-')}-{digest}"
 
 
-def is_k8s_name(name: str) -> bool:
-    return len(name) <= 63 and bool(_DNS_LABEL.match(name))
-
-
 def label_value(value: str) -> str:
     """A valid label value (≤ 63 of [A-Za-z0-9._-], alphanumeric at both ends); the exact
     value goes to an annotation."""
@@ -106,89 +117,6 @@ def cpu_quantity(cores: float) -> str:
 
 def memory_quantity(gb: float) -> str:
     return f"{max(1, round(gb * 1024))}Mi"
-
-
-# ----------------------------------------------------------------------------- config
-
-
-@dataclass(frozen=True)
-class ManifestConfig:
-    """The manifest-shaping keys of a Cluster's backend_config (connection keys: backend.py)."""
-
-    namespace: str = DEFAULT_NAMESPACE
-    gang_mode: str = "indexed-job"
-    image_default: str = ""
-    priority_class: str = ""
-    service_account: str = ""
-    node_selector_label: str = DEFAULT_NODE_LABEL
-    tolerations: list[dict] = field(default_factory=list)
-    resource_models: dict[str, str] = field(default_factory=dict)  # model -> extended resource
-    kueue_queue: str = ""
-    volcano_queue: str = "default"
-    ttl_after_finished_s: int | None = 7 * 24 * 3600
-
-    @classmethod
-    def from_config(cls, config: dict[str, str]) -> ManifestConfig:
-        c = {k: str(v).strip() for k, v in (config or {}).items()}
-        mode = c.get("gang_mode") or "indexed-job"
-        if mode not in GANG_MODES:
-            raise ManifestError(f"kubernetes backend_config: gang_mode {mode!r} is not one of {', '.join(GANG_MODES)}")
-        namespace = c.get("namespace") or DEFAULT_NAMESPACE
-        if not is_k8s_name(namespace):
-            raise ManifestError(f"kubernetes backend_config: namespace {namespace!r} is not a DNS label")
-        if mode == "kueue" and not c.get("kueue_queue"):
-            raise ManifestError("kubernetes backend_config: gang_mode kueue needs kueue_queue (the LocalQueue's name)")
-        ttl_text = c.get("ttl_after_finished_s", "604800")
-        try:
-            ttl = int(ttl_text) if ttl_text else None
-        except ValueError:
-            raise ManifestError(f"kubernetes backend_config: ttl_after_finished_s {ttl_text!r} is not a whole number") from None
-        return cls(
-            namespace=namespace,
-            gang_mode=mode,
-            image_default=c.get("image_default", ""),
-            priority_class=c.get("priority_class", ""),
-            service_account=c.get("service_account", ""),
-            node_selector_label=c.get("node_selector_label") or DEFAULT_NODE_LABEL,
-            tolerations=parse_tolerations(c.get("tolerations", "")),
-            resource_models=model_resources(c.get("resource_models", "")),
-            kueue_queue=c.get("kueue_queue", ""),
-            volcano_queue=c.get("volcano_queue") or "default",
-            ttl_after_finished_s=ttl if ttl is None or ttl >= 0 else None,
-        )
-
-
-def parse_tolerations(text: str) -> list[dict]:
-    if not text:
-        return []
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise ManifestError(f"kubernetes backend_config: tolerations is not JSON: {exc}") from exc
-    if not isinstance(data, list) or not all(isinstance(t, dict) and set(t) <= _TOLERATION_KEYS for t in data):
-        raise ManifestError(f"kubernetes backend_config: tolerations must be a JSON list of objects with keys {sorted(_TOLERATION_KEYS)}")
-    return data
-
-
-def model_resources(text: str) -> dict[str, str]:
-    """`resource_models`, in the inventory connector's syntax ("nvidia.com/gpu=nvidia-a100-80g,…"
-    or a JSON object), read the other way round: model → the extended resource to request.
-    Product keys (no "/") only matter to the connector. The syntax is the connector's
-    (`parse_overrides`), repeated here because backends may not import connectors."""
-    text = (text or "").strip()
-    pairs: dict[str, str] = {}
-    if text.startswith("{"):
-        try:
-            pairs = {str(k).strip(): str(v).strip() for k, v in json.loads(text).items()}
-        except (ValueError, AttributeError) as exc:
-            raise ManifestError(f"kubernetes backend_config: resource_models is not a JSON object: {exc}") from exc
-    else:
-        for item in filter(None, (p.strip() for p in text.split(","))):
-            key, sep, model = item.partition("=")
-            if not sep or not key.strip() or not model.strip():
-                raise ManifestError(f"kubernetes backend_config: resource_models entry {item!r} is not key=model")
-            pairs[key.strip()] = model.strip()
-    return {model: resource for resource, model in pairs.items() if "/" in resource}
 
 
 # ----------------------------------------------------------------------------- pieces
@@ -343,11 +271,40 @@ def _shape(request: LaunchRequest, cfg: ManifestConfig, catalog: DeviceModels, n
 
 
 def _pod_spec(request: LaunchRequest, cfg: ManifestConfig, env: list[dict], worker: WorkerLaunch, resource: str | None, placement: dict) -> dict:
-    container: dict = {"name": CONTAINER, "image": _image(request, cfg), "command": ["/bin/sh", "-c", request.command], "env": env}
+    container: dict = {
+        "name": CONTAINER,
+        "image": _image(request, cfg),
+        "command": ["/bin/sh", "-c", request.command],
+        "env": env,
+        # PodSecurity "restricted", per container as the standard checks it.
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "privileged": False,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+    }
     resources = _resources(worker, resource)
     if resources:
         container["resources"] = resources
-    spec: dict = {"restartPolicy": "Never", "enableServiceLinks": False, "containers": [container], **placement}
+    spec: dict = {
+        "restartPolicy": "Never",
+        "enableServiceLinks": False,
+        # No API credentials in the pod, no host namespaces (and no volumes: no hostPath).
+        "automountServiceAccountToken": False,
+        "hostNetwork": False,
+        "hostPID": False,
+        "hostIPC": False,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": cfg.run_as_user,
+            "runAsGroup": cfg.run_as_group,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [container],
+        **placement,
+    }
     tolerations = _tolerations(resource, cfg)
     if tolerations:
         spec["tolerations"] = tolerations
@@ -541,5 +498,33 @@ def rbac_manifests(namespace: str = DEFAULT_NAMESPACE, identity: str = "hetpool-
             "metadata": {"name": identity, **meta},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": identity},
             "subjects": [{"kind": "ServiceAccount", "name": identity, "namespace": namespace}],
+        },
+    ]
+
+
+def tenant_namespace_manifests(namespace: str, identity: str = "hetpool-backend", identity_namespace: str = DEFAULT_NAMESPACE) -> list[dict]:
+    """What a cluster admin creates once per tenant namespace (hetpool creates no namespaces: that
+    needs cluster-wide rights it should not hold): the Namespace, enforcing PodSecurity
+    "restricted"; the backend's Role there, bound to its ServiceAccount in `identity_namespace`;
+    and a NetworkPolicy that lets pods receive traffic only from their own namespace (a gang
+    talks to itself; another tenant's pods cannot reach it)."""
+    labels = {"app.kubernetes.io/managed-by": "hetpool"}
+    security = {f"pod-security.kubernetes.io/{mode}": "restricted" for mode in ("enforce", "audit", "warn")}
+    meta = {"namespace": namespace, "labels": labels}
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace, "labels": {**labels, **security}}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": identity, **meta}, "rules": RBAC_RULES},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": identity, **meta},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": identity},
+            "subjects": [{"kind": "ServiceAccount", "name": identity, "namespace": identity_namespace}],
+        },
+        {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": {"name": "hetpool-same-namespace-only", **meta},
+            "spec": {"podSelector": {}, "policyTypes": ["Ingress"], "ingress": [{"from": [{"podSelector": {}}]}]},
         },
     ]
