@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from hetpool.backends.registry import config_problems
 from hetpool.catalog.devices import DeviceCatalog
 from hetpool.core.errors import ConflictError, NotFoundError, SpecError
 from hetpool.core.inventory import ClusterSpec, DeviceClass, DeviceModelSpec, NodeSpec, PoolSpec
@@ -198,6 +199,9 @@ def apply_specs(ctx: ServiceContext, session: Session, specs: list[BaseModel], a
         inv.add(spec)
     for spec in ordered:
         problems.extend(_check_references(inv, spec))
+        if isinstance(spec, ClusterSpec):  # run-as / security settings: refused here, not at dispatch
+            bad = config_problems(spec.backend.value, spec.backend_config)
+            problems.extend({"loc": f"Cluster/{spec.name}: {p['loc']}", "msg": p["msg"]} for p in bad)
     agent_ids, agent_problems = assigned_agent_ids(session, [s for s in ordered if isinstance(s, NodeSpec)])
     problems.extend(agent_problems)
     if problems:
