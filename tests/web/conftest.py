@@ -31,6 +31,9 @@ def csrf_of(html: str) -> str:
 @pytest.fixture
 def browser_client(ctx: ServiceContext, admin_token: str) -> Iterator[TestClient]:
     """Signed in as the admin, with the demo inventory applied through the API."""
+    # Page tests move the FixedClock through weeks (cost periods, utilisation windows): their
+    # sessions must outlive the trip. Session expiry itself: test_sessions_server_side.py.
+    ctx.settings.web_session_idle_s = ctx.settings.web_session_max_s = 366 * 86400.0
     app = create_app(ctx=ctx)
     with TestClient(app) as client:
         documents, sources = demo_documents()

@@ -7,7 +7,7 @@ from fastapi.testclient import TestClient
 
 from hetpool.server.app import create_app
 from hetpool.web.i18n import LANGUAGES, MESSAGES
-from tests.web.conftest import sign_in
+from tests.web.conftest import csrf_of, sign_in
 
 
 @pytest.fixture
@@ -40,7 +40,7 @@ def test_login_keeps_only_same_site_next_paths(anonymous: TestClient, admin_toke
 def test_sign_out_ends_the_session(anonymous: TestClient, admin_token: str) -> None:
     sign_in(anonymous, admin_token)
     assert anonymous.get("/", follow_redirects=False).status_code == 200
-    anonymous.post("/logout", follow_redirects=False)
+    anonymous.post("/logout", data={"csrf": csrf_of(anonymous.get("/").text)}, follow_redirects=False)
     assert anonymous.get("/", follow_redirects=False).status_code == 303
 
 

@@ -10,7 +10,7 @@ import time
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from hetpool.server.services import audit, auth
+from hetpool.server.services import audit, auth, web_sessions
 from hetpool.server.services.context import ServiceContext
 
 _bearer = HTTPBearer(auto_error=False, description="API token (hp_…) or, when configured, an OIDC ID/access token")
@@ -70,6 +70,9 @@ def get_principal(
     credentials: HTTPAuthorizationCredentials | None = Depends(_bearer),
     ctx: ServiceContext = Depends(get_ctx),
 ) -> auth.Principal:
+    caller = request.scope.get(web_sessions.SCOPE_KEY)
+    if caller is not None and credentials is None:
+        return caller.principal  # a dashboard page's in-process call: its session was resolved by the page
     token = credentials.credentials if credentials else ""
     source = _source(request)
     now = ctx.clock.now()

@@ -15,6 +15,8 @@ import math
 import threading
 import time
 
+from hetpool.server.services.web_sessions import SCOPE_KEY as WEB_CALLER
+
 MAX_BUCKETS = 50_000  # callers remembered at once; idle full buckets are dropped first
 
 
@@ -48,6 +50,9 @@ class TokenBuckets:
 
 
 def caller_key(scope) -> str:
+    web = scope.get(WEB_CALLER)
+    if web is not None:  # a dashboard page's in-process call: one bucket per session, as per token
+        return f"s:{web.session_id}"
     for name, value in scope.get("headers", ()):
         if name == b"authorization":
             return "t:" + hashlib.sha256(value).hexdigest()[:32]

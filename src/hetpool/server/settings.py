@@ -41,6 +41,9 @@ class Settings(BaseSettings):
     oidc_audience: str = Field(default="", description="expected 'aud'; required with an issuer (else tokens minted for other apps would pass)")
     oidc_jwks: str = Field(default="", description="the issuer's JWKS: a file path or an https URL")
     oidc_username_claim: str = Field(default="preferred_username", description="claim naming the hetpool user")
+    # Dashboard sessions (services/web_sessions.py): ended by sign-out, by the token they were made from, or by these.
+    web_session_idle_s: float = Field(default=8 * 3600.0, gt=0, le=366 * 86400, description="a dashboard session unused this long ends")
+    web_session_max_s: float = Field(default=7 * 86400.0, gt=0, le=366 * 86400, description="a dashboard session ends this long after sign-in")
     # Audit checkpoints under a key outside the database (services/audit_anchor.py, docs/governance.md#audit).
     audit_key_file: Path | None = Field(default=None, description="checkpoint HMAC key, mode 600; default data_dir/audit.key, made at first start")
     audit_checkpoint_file: Path | None = Field(default=None, description="append-only checkpoint file; default data_dir/audit-checkpoints.jsonl")

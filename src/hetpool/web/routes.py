@@ -11,11 +11,13 @@ from urllib.parse import urlparse
 from fastapi import APIRouter, FastAPI, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
+from starlette.concurrency import run_in_threadpool
 
+from hetpool.server.services import auth, web_sessions
 from hetpool.web import pages as _pages_pkg
 from hetpool.web.i18n import LANGUAGES
 from hetpool.web.render import render
-from hetpool.web.session import LANG_COOKIE, SESSION_COOKIE, Api, ApiError, LoginRequired, viewer
+from hetpool.web.session import LANG_COOKIE, SESSION_COOKIE, Api, ApiError, LoginRequired, check_csrf, current_caller, viewer
 
 router = APIRouter(include_in_schema=False)
 STATIC_DIR = Path(__file__).parent / "static"
@@ -38,24 +40,61 @@ async def login_form(request: Request, next: str = "/") -> HTMLResponse:
     return render(request, "login.html", None, next=_safe_next(next), error="")
 
 
+def _open_session(request: Request, token: str, previous: str) -> str | None:
+    """Check `token` once more and open a session for its user (None if it just stopped
+    working); a session this browser still had is ended first."""
+    ctx = request.app.state.ctx
+    now = ctx.clock.now()
+    with ctx.db.transaction() as session:
+        if previous:
+            web_sessions.end(session, previous, now)
+        try:
+            principal = auth.resolve(session, token, now, ctx.settings, source=request.client.host if request.client else "")
+        except auth.AuthFailure:
+            return None
+        not_after = web_sessions.jwt_expiry(token) if principal.via == "oidc" else None
+        return web_sessions.start(session, principal, now, ctx.settings, not_after=not_after)
+
+
+def _close_session(request: Request, session_id: str) -> None:
+    ctx = request.app.state.ctx
+    with ctx.db.transaction() as session:
+        web_sessions.end(session, session_id, ctx.clock.now())
+
+
 @router.post("/login")
 async def login(request: Request, token: str = Form(""), next: str = Form("/")) -> Response:
+    """Sign in with an API token: the token is checked (through the API, so failures are
+    audited like any other) and then forgotten; the cookie gets a new random session id."""
     token = token.strip()
     try:
-        me = await Api(request, token).get("/api/v1/whoami")
+        me = await Api(request, token=token).get("/api/v1/whoami")
     except ApiError as exc:
         return render(request, "login.html", None, status_code=401, next=_safe_next(next), error=exc.message)
+    session_id = await run_in_threadpool(_open_session, request, token, request.cookies.get(SESSION_COOKIE, ""))
+    if session_id is None:
+        return render(request, "login.html", None, status_code=401, next=_safe_next(next), error=auth.UNAUTHORIZED_MESSAGE)
     response = RedirectResponse(_safe_next(next), status_code=303)
-    response.set_cookie(SESSION_COOKIE, token, httponly=True, samesite="strict", secure=_secure(request), max_age=7 * 86400)
+    max_age = int(request.app.state.ctx.settings.web_session_max_s)
+    response.set_cookie(SESSION_COOKIE, session_id, httponly=True, samesite="strict", secure=_secure(request), max_age=max_age)
     if me.get("language") in LANGUAGES:
         response.set_cookie(LANG_COOKIE, me["language"], max_age=_YEAR, samesite="lax")
     return response
 
 
 @router.post("/logout")
-async def logout() -> Response:
+async def logout(request: Request) -> Response:
+    """Sign out: the session is deleted on the server, so a copy of the cookie is useless.
+    The form carries the session's CSRF value (a cross-site form cannot sign anyone out)."""
+    try:
+        user = await viewer(request)
+    except LoginRequired:
+        user = None  # the session had already ended: only the cookie is left to clear
+    if user is not None:
+        await check_csrf(request, user)
+        await run_in_threadpool(_close_session, request, user.session_id)
     response = RedirectResponse("/login", status_code=303)
-    response.delete_cookie(SESSION_COOKIE)
+    response.delete_cookie(SESSION_COOKIE, httponly=True, samesite="strict", secure=_secure(request))
     return response
 
 
@@ -66,11 +105,12 @@ async def switch_language(request: Request, language: str, next: str = "/") -> R
         return Response(f"language: must be one of {', '.join(LANGUAGES)}", status_code=422)
     response = RedirectResponse(_safe_next(next), status_code=303)
     response.set_cookie(LANG_COOKIE, language, max_age=_YEAR, samesite="lax")
-    if request.cookies.get(SESSION_COOKIE):
+    caller = await current_caller(request)
+    if caller is not None:
         try:
-            await Api(request, request.cookies[SESSION_COOKIE]).put("/api/v1/whoami/preferences", {"language": language})
+            await Api(request, caller).put("/api/v1/whoami/preferences", {"language": language})
         except ApiError:
-            pass  # an expired session or a user without a stored profile: the cookie still remembers it
+            pass  # a user without a stored profile: the cookie still remembers it
     return response
 
 
@@ -90,8 +130,12 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(LoginRequired)
     async def _login_required(request: Request, exc: LoginRequired) -> Response:
         if request.headers.get("hx-request"):  # a live fragment: send the whole page to the login form
-            return Response(status_code=204, headers={"HX-Redirect": exc.location})
-        return RedirectResponse(exc.location, status_code=303)
+            response = Response(status_code=204, headers={"HX-Redirect": exc.location})
+        else:
+            response = RedirectResponse(exc.location, status_code=303)
+        if SESSION_COOKIE in request.cookies:  # its session has ended: drop the dead id
+            response.delete_cookie(SESSION_COOKIE, httponly=True, samesite="strict", secure=_secure(request))
+        return response
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> Response:

@@ -1,11 +1,15 @@
 """Who is looking at the dashboard, and how pages read the API.
 
 The dashboard is a client of the REST API, called in-process: every page reads and
-writes through `/api/v1/...` with the user's own token, so it follows exactly the same
+writes through `/api/v1/...` as the signed-in user, so it follows exactly the same
 authentication, role and tenant rules as `curl` or the CLI — there is no second
-authorisation path to keep in step. The token lives in an HttpOnly, SameSite=Strict
-cookie set by the login form; forms that change something also carry a CSRF token
-derived from it."""
+authorisation path to keep in step.
+
+Sessions live on the server (hetpool.server.services.web_sessions): sign-in checks the API
+token once, then the HttpOnly, SameSite=Strict cookie (Secure over https) holds only a
+random session id. Each page resolves it to the user, and its in-process API calls carry
+that user in the ASGI scope, never a token. Forms that change something carry a CSRF value
+derived from the session id, so each session has its own."""
 
 from __future__ import annotations
 
@@ -17,6 +21,10 @@ from urllib.parse import quote
 
 import httpx
 from fastapi import Request
+from starlette.concurrency import run_in_threadpool
+
+from hetpool.server.services import web_sessions
+from hetpool.server.services.web_sessions import WebCaller
 
 SESSION_COOKIE = "hetpool_session"
 LANG_COOKIE = "hetpool_lang"
@@ -51,23 +59,37 @@ class ApiError(Exception):
         return str(self.body.get("message") or self.body.get("detail") or f"HTTP {self.status}")
 
 
-def csrf_token(token: str) -> str:
+def csrf_token(session_id: str) -> str:
     """A per-session value forms echo back; a cross-site form cannot know it."""
-    return hmac.new(token.encode(), b"hetpool-dashboard-csrf", hashlib.sha256).hexdigest()[:32]
+    return hmac.new(session_id.encode(), b"hetpool-dashboard-csrf", hashlib.sha256).hexdigest()[:32]
 
 
 @dataclass
 class Api:
-    """In-process calls to the REST API with one user's token."""
+    """In-process calls to the REST API as the session's user (`caller`), or, only to
+    check a token at sign-in, with that `token`."""
 
     request: Request
-    token: str
+    caller: WebCaller | None = None
+    token: str = ""
+
+    def _app(self):
+        app, caller = self.request.app, self.caller
+        if caller is None:
+            return app
+
+        async def as_caller(scope, receive, send) -> None:
+            # The scope is built here, in-process: a network client can never put this key in it.
+            await app({**scope, web_sessions.SCOPE_KEY: caller}, receive, send)
+
+        return as_caller
 
     async def call(self, method: str, path: str, *, params: dict | None = None, json: Any = None, raw: bool = False) -> Any:
-        transport = httpx.ASGITransport(app=self.request.app, client=(self.request.client.host if self.request.client else "127.0.0.1", 0))
+        transport = httpx.ASGITransport(app=self._app(), client=(self.request.client.host if self.request.client else "127.0.0.1", 0))
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         async with httpx.AsyncClient(transport=transport, base_url=_INTERNAL_BASE) as client:
             clean = {k: v for k, v in (params or {}).items() if v not in (None, "")}
-            response = await client.request(method, path, params=clean, json=json, headers={"Authorization": f"Bearer {self.token}"})
+            response = await client.request(method, path, params=clean, json=json, headers=headers)
         if raw:
             return response
         if response.status_code >= 400:
@@ -99,6 +121,7 @@ class Viewer:
     role: str
     language: str | None
     actions: dict[str, Any] = field(default_factory=dict)
+    session_id: str = field(default="", repr=False)  # the raw id from the cookie: only for the CSRF value
 
     def may(self, action: str) -> bool:
         """Whether the user may do `action` somewhere (the API still decides per object)."""
@@ -106,23 +129,37 @@ class Viewer:
 
     @property
     def csrf(self) -> str:
-        return csrf_token(self.api.token)
+        return csrf_token(self.session_id)
+
+
+def _resolve(request: Request, session_id: str) -> WebCaller | None:
+    ctx = request.app.state.ctx
+    with ctx.db.transaction() as session:
+        return web_sessions.resolve(session, session_id, ctx.clock.now(), ctx.settings)
+
+
+async def current_caller(request: Request) -> WebCaller | None:
+    """The live session's caller, or None (no cookie, or the session has ended)."""
+    session_id = request.cookies.get(SESSION_COOKIE, "")
+    return await run_in_threadpool(_resolve, request, session_id) if session_id else None
 
 
 async def viewer(request: Request) -> Viewer:
     """The page's user, or LoginRequired (answered with a redirect to the login form)."""
-    token = request.cookies.get(SESSION_COOKIE, "")
     next_path = request.url.path + (("?" + request.url.query) if request.url.query else "")
-    if not token:
+    caller = await current_caller(request)
+    if caller is None:
         raise LoginRequired(next_path)
-    api = Api(request, token)
-    try:
-        me = await api.get("/api/v1/whoami")
-    except ApiError as exc:
-        if exc.status == 401:
-            raise LoginRequired(next_path) from exc
-        raise
-    return Viewer(api=api, name=me["name"], role=me["role"], language=me.get("language"), actions=me.get("actions", {}))
+    api = Api(request, caller)
+    me = await api.get("/api/v1/whoami")
+    return Viewer(
+        api=api,
+        name=me["name"],
+        role=me["role"],
+        language=me.get("language"),
+        actions=me.get("actions", {}),
+        session_id=request.cookies.get(SESSION_COOKIE, ""),
+    )
 
 
 async def check_csrf(request: Request, user: Viewer) -> dict[str, str]:
