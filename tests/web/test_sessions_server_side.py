@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import pytest
 from fastapi.testclient import TestClient
@@ -17,6 +18,7 @@ from sqlalchemy import text
 
 from hetpool.server.app import create_app
 from hetpool.server.services.context import ServiceContext
+from tests.server.test_access_api import oidc  # noqa: F401 (a fixture)
 from tests.web.conftest import csrf_of, sign_in
 
 COOKIE = "hetpool_session"
@@ -139,3 +141,22 @@ def test_two_sessions_of_one_user_are_independent_and_each_has_its_own_csrf(app,
     assert crossed.status_code == 403 and _signed_in(second)
     assert first.post("/logout", data={"csrf": csrf_first}, follow_redirects=False).status_code == 303
     assert not _signed_in(first) and _signed_in(second)
+
+
+def test_a_session_from_an_oidc_token_ends_when_that_token_expires(
+    ctx: ServiceContext,
+    browser: TestClient,
+    app,
+    admin_token,
+    oidc,  # noqa: F811 (the fixture imported above)
+    monkeypatch,
+) -> None:
+    monkeypatch.setattr(ctx.settings, "web_session_idle_s", 86400.0)
+    ctx.clock.advance((datetime.now(UTC) - ctx.clock.now()).total_seconds())  # the token's exp is wall-clock time
+    _user_token(browser, admin_token, "vera")
+    client = _fresh(app)
+    sign_in(client, oidc("vera", exp_in=600))
+    ctx.clock.advance(590)
+    assert _signed_in(client)
+    ctx.clock.advance(20)
+    assert not _signed_in(client)
