@@ -18,8 +18,8 @@ MESSAGES: dict[str, dict[str, str]] = {
     "login.title": {"en": "Sign in", "zh-CN": "登录"},
     "login.token": {"en": "API token", "zh-CN": "API 令牌"},
     "login.help": {
-        "en": "Paste an API token (hp_…). `hetpool up` prints the admin's; `hetpool users token` makes one for any user.",
-        "zh-CN": "粘贴 API 令牌（hp_…）。`hetpool up` 会打印管理员令牌；`hetpool users token` 可为任意用户创建令牌。",
+        "en": "Paste an API token (hp_…). `hetpool up` prints the admin's; `hetpool tokens create --user NAME` makes one for any user.",
+        "zh-CN": "粘贴 API 令牌（hp_…）。`hetpool up` 会打印管理员令牌；`hetpool tokens create --user NAME` 可为任意用户创建令牌。",
     },
     "login.submit": {"en": "Sign in", "zh-CN": "登录"},
     "login.failed": {"en": "Sign-in failed: {message}", "zh-CN": "登录失败：{message}"},
