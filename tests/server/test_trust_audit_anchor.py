@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import logging
 import stat
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -26,12 +25,14 @@ from hetpool.server.app import create_app, make_context
 from hetpool.server.config_file import ConfigError
 from hetpool.server.db.models import AuditEventRow
 from hetpool.server.db.models_audit import AuditHeadRow
+from hetpool.server.leader import WORKERS, LeaderElector
 from hetpool.server.logging_setup import JsonFormatter
 from hetpool.server.services import audit
 from hetpool.server.services.audit_anchor import AuditKeyError
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.settings import Settings
 from hetpool.server.workers.loop import run_pass
+from tests.server.test_leader import wait_until
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -262,16 +263,23 @@ def test_the_worker_pass_checkpoints_on_its_interval_and_copies_to_the_log(ctx: 
     assert len(_checkpoint_file(ctx).read_text().splitlines()) == 2  # due, but nothing new to anchor
 
 
-def test_a_clean_shutdown_of_the_leader_checkpoints(ctx: ServiceContext, admin_token: str) -> None:
+def test_a_clean_shutdown_of_the_leader_checkpoints_and_of_a_standby_does_not(ctx: ServiceContext, admin_token: str) -> None:
     ctx.settings.run_workers, ctx.settings.run_connector_sync = True, False
     ctx.audit_anchor.next_due = datetime(2100, 1, 1, tzinfo=UTC)  # no periodic checkpoint in this test
-    app = create_app(ctx=ctx)
-    with TestClient(app, headers={"Authorization": f"Bearer {admin_token}"}) as client:
-        deadline = time.monotonic() + 20
-        while not app.state.worker_loops[0].is_leader():  # the loop thread takes the lease
-            assert time.monotonic() < deadline, "the worker loop never became leader"
-            time.sleep(0.05)
-        _add_events(client, 1, "s")
-        assert not _checkpoint_file(ctx).exists()
+    other = LeaderElector(ctx, WORKERS, holder="another-replica")
+    assert other.try_acquire()  # the clock is fixed: its lease never expires
+
+    def serve_once(prefix: str, leads: bool) -> None:
+        app = create_app(ctx=ctx)
+        with TestClient(app, headers={"Authorization": f"Bearer {admin_token}"}) as client:
+            if leads:
+                wait_until(app.state.worker_loops[0].is_leader)  # the loop thread takes the lease
+            _add_events(client, 1, prefix)
+            assert not _checkpoint_file(ctx).exists()
+
+    serve_once("standby", leads=False)
+    assert not _checkpoint_file(ctx).exists()
+    other.release()
+    serve_once("leader", leads=True)
     lines = _checkpoint_file(ctx).read_text().splitlines()
     assert len(lines) == 1 and json.loads(lines[0])["event_id"] == _last_id(ctx)
