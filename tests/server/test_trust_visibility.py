@@ -175,6 +175,14 @@ def test_the_upgrade_stops_and_lists_existing_names_differing_only_in_case(db_ki
         migrate(engine)
     message = refused.value.message
     assert "'BOB', 'Bob', 'bob'" in message and "'Carol', 'carol'" in message and "alice" not in message, message
+    from typer.testing import CliRunner
+
+    from hetpool.cli.main import app
+
+    cli = CliRunner().invoke(
+        app, ["db", "upgrade", "--database-url", str(engine.url.render_as_string(hide_password=False))], env={"HETPOOL_CONFIG": ""}
+    )
+    assert cli.exit_code == 2 and "'BOB', 'Bob', 'bob'" in cli.output and "Traceback" not in cli.output, cli.output
     with engine.connect() as connection:  # nobody was dropped or renamed
         assert sorted(connection.execute(text("SELECT name FROM users")).scalars()) == sorted(names)
     with engine.begin() as connection:
