@@ -80,7 +80,15 @@ def finish(b: SlurmBackend, handle: JobHandle, timeout_s: float = 60) -> str:
     return b.logs(handle, limit=1 << 20).text
 
 
-def test_jobs_run_as_the_mapped_account_without_the_servers_environment(jobs_dir: Path, canary: str) -> None:
+@pytest.fixture
+def strict_umask() -> Iterator[None]:
+    """A server that keeps its own files private (umask 077): the job must still read its scripts."""
+    old = os.umask(0o077)
+    yield
+    os.umask(old)
+
+
+def test_jobs_run_as_the_mapped_account_without_the_servers_environment(jobs_dir: Path, canary: str, strict_umask: None) -> None:
     b = backend(jobs_dir)
     command = 'echo "uid=$(id -u) gid=$(id -g)"; env; echo "greeting=$GREETING"'
     mapped = b.submit(request("ai-lab/nlp/llm-sft", command, {"GREETING": "hello"}))

@@ -135,10 +135,14 @@ class SlurmBackend(Backend, SupportsGang, SupportsLogStreaming):
             raise ValueError(f"slurm: backend_config.jobs_dir {root!r} must be an absolute path")
         self.work_dir = Path(root or work_dir).resolve()
         jobs = self.work_dir / "jobs"
-        jobs.mkdir(parents=True, exist_ok=True)
+        # What this creates is enterable by the run-as accounts (their jobs live below) but not
+        # listable: one tenant cannot learn the names of another's job directories. Explicit
+        # modes: the server may run with umask 077. Existing parents are the operator's.
+        for path in [*reversed(jobs.parents), jobs]:
+            if not path.exists():
+                path.mkdir(exist_ok=True)
+                path.chmod(0o711)
         if jobs.stat().st_uid == os.geteuid():
-            # Enterable by the run-as accounts (their jobs live below), not listable: one tenant
-            # cannot learn the names of another's job directories.
             jobs.chmod(0o711)
         try:
             self.run_as = RunAsConfig.from_config(config)
@@ -325,12 +329,12 @@ class SlurmBackend(Backend, SupportsGang, SupportsLogStreaming):
                 f"not root must be a member of group {ident.group or ident.user} (docs/backends.md#the-slurm-backend)"
             ) from None
         placed = {w.rank: w.device_indices for w in request.workers}
-        (job_dir / "command.sh").write_text(request.command, encoding="utf-8")
+        _script(job_dir / "command.sh", request.command)
         for rank in plan.ranks:
             env = rank_environment(stored["env"][str(rank.rank)], rank, placed[rank.rank], plan.master_addr)
-            (job_dir / f"env-{rank.rank}.sh").write_text(env_script(env), encoding="utf-8")
-        (job_dir / "worker.sh").write_text(worker_script(name, job_dir, plan, out), encoding="utf-8")
-        (job_dir / "job.sh").write_text(batch_script(name, job_dir, plan, out), encoding="utf-8")
+            _script(job_dir / f"env-{rank.rank}.sh", env_script(env))
+        _script(job_dir / "worker.sh", worker_script(name, job_dir, plan, out))
+        _script(job_dir / "job.sh", batch_script(name, job_dir, plan, out))
         comment = f"hetpool task {request.task_id} attempt {request.attempt}"
         prefix, uid_args = submit_command(ident, as_root)
         args = sbatch_args(
@@ -484,6 +488,13 @@ def _load(job_dir: Path) -> dict:
 def _request_from(data: dict) -> LaunchRequest:
     workers = [WorkerLaunch(**w) for w in data["workers"]]
     return LaunchRequest(**{**data, "workers": workers})
+
+
+def _script(path: Path, text: str) -> None:
+    """A file the job reads: the account's group may (the job directory admits nobody else),
+    whatever the server's umask (it may well be 077)."""
+    path.write_text(text, encoding="utf-8")
+    path.chmod(0o640)
 
 
 def _identity_from(stored: dict) -> Identity:

@@ -23,7 +23,7 @@ must not slip through.
 
 Job directory (one per job, under jobs_dir/jobs, which is mode 0711: enterable, not listable)::
 
-    <job>/            server-owned, group = the account's group, 0750: the job reads its scripts,
+    <job>/            server-owned, group = the account's group, 2750: the job reads its scripts,
                       cannot change them nor the server's own files (request.json, final.json …)
     <job>/out/        the only place the job writes: owned by the account, 0700 (root server) or
                       group-shared 2770 with the server's user in the account's group (sudo mode)
@@ -207,7 +207,9 @@ def share_job_dir(job_dir: Path, ident: Identity) -> None:
     fd = os.open(job_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
         os.fchown(fd, -1, ident.gid)
-        os.fchmod(fd, 0o750)
+        # setgid: the scripts written next are in the account's group too (created by root, they
+        # would be root's group otherwise), readable by the job whatever the server's umask.
+        os.fchmod(fd, 0o2750)
     finally:
         os.close(fd)
 
