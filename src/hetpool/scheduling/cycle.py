@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import numpy as np
 
@@ -25,7 +25,7 @@ from hetpool.scheduling.backfill import Reservation, earliest_fit, may_use_reser
 from hetpool.scheduling.estimate import runtime_on
 from hetpool.scheduling.explain import explanation
 from hetpool.scheduling.filters import CompatCheck
-from hetpool.scheduling.forecast import forecast_starts
+from hetpool.scheduling.forecast import end_after, forecast_starts
 from hetpool.scheduling.preempt import find_victims
 from hetpool.scheduling.queueing import FairShare, QueueOrder, effective_rank, route, tenant_weight
 from hetpool.scheduling.quota_view import Held
@@ -53,6 +53,7 @@ class Decision:
     victims: list[str] = field(default_factory=list)  # running tasks to evict for this task
     preemption_reason: str = ""
     spec: TaskSpec | None = None
+    set_aside: str = ""  # evaluating the task raised this error: the cycle went on without it
 
 
 @dataclass
@@ -117,7 +118,52 @@ def _units(snapshot: Snapshot, pool: str, devices: float) -> float:
     return devices * factors.get(pool, 0.0)
 
 
-def run_cycle(
+@dataclass
+class _Blame:
+    """The task being evaluated, so that an error can be pinned on it (None: on no task)."""
+
+    task_id: str | None = None
+
+
+REASON_SET_ASIDE = "set aside"
+
+
+def run_cycle(snapshot: Snapshot, queue: list[QueuedTask], compat_check: CompatCheck, now: datetime, **options) -> CycleResult:
+    """One scheduling cycle; `options` as for `_run_cycle`.
+
+    One task must not stop scheduling for everyone: when evaluating a task raises, the
+    cycle is run again from the same snapshot without it (the quota book restored first),
+    and the task gets a decision with `set_aside` set to the error, which the worker turns
+    into a failure with that reason. An error that no single task can be blamed for
+    propagates. Nothing is paid when no task raises."""
+    started = time.perf_counter()
+    quota = options.get("quota")
+    saved = (dict(quota.used), dict(quota.charged)) if quota else None
+    aside: dict[str, str] = {}
+    while True:
+        blame = _Blame()
+        try:
+            result = _run_cycle(snapshot, [q for q in queue if q.id not in aside], compat_check, now, blame=blame, **options)
+            break
+        except Exception as exc:
+            if blame.task_id is None or blame.task_id in aside:
+                raise
+            aside[blame.task_id] = f"{type(exc).__name__}: {exc}"[:500]
+            if saved is not None:
+                quota.used, quota.charged = dict(saved[0]), dict(saved[1])
+    for task_id, error in aside.items():
+        info = {
+            "summary": f"set aside: evaluating this task raised {error}; the others were scheduled without it",
+            "fits_when_idle": False,
+            "reasons": {REASON_SET_ASIDE: 1},
+            "attempts": [],
+        }
+        result.decisions.append(Decision(task_id, False, Assignment(False, [], False, []), info, set_aside=error))
+    result.duration_s = time.perf_counter() - started
+    return result
+
+
+def _run_cycle(
     snapshot: Snapshot,
     queue: list[QueuedTask],
     compat_check: CompatCheck,
@@ -130,10 +176,13 @@ def run_cycle(
     models: dict[str, DeviceModelSpec] | None = None,
     estimate: bool = True,
     quota=None,
+    blame: _Blame | None = None,
 ) -> CycleResult:
     """One scheduling cycle. `quota` (a governance.quota.QuotaBook, already charged with the
-    running work) is asked before each admission; None: no quotas."""
+    running work) is asked before each admission; None: no quotas. `blame` is kept naming
+    the task under evaluation (see run_cycle)."""
     started = time.perf_counter()
+    blame = blame or _Blame()
     policy = policy or DEFAULT_POLICY
     # Kept on the snapshot (shared by its copies): the server and the simulator keep one
     # snapshot across cycles, so verdicts are computed once per pool and request.
@@ -149,7 +198,11 @@ def run_cycle(
         return idle_cache[0]
 
     fair = _fair_share(snapshot, running, tenant_weights or {})
-    routed = {item.id: route(item.spec, list(queues)) for item in queue}
+    routed = {}
+    for item in queue:
+        blame.task_id = item.id
+        routed[item.id] = route(item.spec, list(queues))
+    blame.task_id = None
     order = QueueOrder(
         queue,
         queue_of=lambda item: routed[item.id],
@@ -191,12 +244,16 @@ def run_cycle(
 
     def next_item():
         nonlocal deferring_done
-        while (popped := order.pop()) is not None:
+        while True:
+            blame.task_id = None  # choosing the next head is no one task's evaluation
+            if (popped := order.pop()) is None:
+                break
             yield popped
         deferring_done = True
         yield from borrowers
 
     for q, item in next_item():
+        blame.task_id = item.id
         spec = item.spec
         demand = spec.per_worker.devices
         rule = policy.rule(demand.device_class if demand else None)
@@ -351,13 +408,14 @@ def run_cycle(
         decisions.append(decision)
         waiting.append(item)
 
+    blame.task_id = None
     for q, item in order.remaining():  # behind a blocked FIFO head
         info = {"summary": f"waiting behind the head of fifo queue {q.name}", "fits_when_idle": True, "reasons": {}, "attempts": []}
         decisions.append(Decision(item.id, False, Assignment(False, [], False, []), info, q.name))
         waiting.append(item)
 
     if estimate and waiting and policy.estimate_horizon:
-        _attach_estimates(snapshot, working, waiting, running, decisions, compat_check, now, models, policy.estimate_horizon)
+        _attach_estimates(snapshot, working, waiting, running, decisions, compat_check, now, models, policy.estimate_horizon, blame)
     return CycleResult(decisions=decisions, duration_s=time.perf_counter() - started, reservations=list(reservations.values()))
 
 
@@ -396,7 +454,7 @@ def _quota_blocks_plan(quota, spec: TaskSpec, plan) -> str:
 
 def _as_running(task_id: str, spec: TaskSpec, result: Assignment, now: datetime, models) -> RunningTask:
     seconds = [runtime_on(spec, models.get(p.model)) for p in result.placements]
-    end = now + timedelta(seconds=max(seconds)) if seconds and None not in seconds else None
+    end = end_after(now, max(seconds)) if seconds and None not in seconds else None
     allocations = tuple(Allocation(p.node, p.pool, p.device_indices, p.device_fraction, p.cpu, p.memory_gb) for p in result.placements)
     return RunningTask(task_id, spec.tenant, spec.priority.rank, spec.task_type, allocations, now, end, False)
 
@@ -474,7 +532,7 @@ def _devices_of(snap: Snapshot, model: str) -> int:
     return int(sum(snap.device_totals()[p.rows].sum() for p in snap.pools if p.model.name == model))
 
 
-def _attach_estimates(snapshot, working, waiting, running, decisions, compat_check, now, models, horizon) -> None:
+def _attach_estimates(snapshot, working, waiting, running, decisions, compat_check, now, models, horizon, blame: _Blame) -> None:
     by_id = {d.task_id: d for d in decisions}
     # Work admitted this cycle already holds capacity in `working`; it runs from now on
     # and gives its devices back after its own estimated runtime.
@@ -482,13 +540,19 @@ def _attach_estimates(snapshot, working, waiting, running, decisions, compat_che
     for d in decisions:
         if not d.admit:
             continue
+        blame.task_id = d.task_id
         spec = d.spec
         model = models.get(d.assignment.placements[0].model)
         seconds = runtime_on(spec, model) if spec is not None else None
-        end = now + timedelta(seconds=seconds) if seconds is not None else None
-        admitted.append(RunningTask(d.task_id, "", 0, TaskType.GENERAL, tuple(_as_allocations(d)), now, end, False))
-    estimates = forecast_starts(working, waiting, running + admitted, compat_check, now, models, horizon=horizon)
+        admitted.append(RunningTask(d.task_id, "", 0, TaskType.GENERAL, tuple(_as_allocations(d)), now, end_after(now, seconds), False))
+    blame.task_id = None
+    # The forecast answers for each task on its own: a task it cannot estimate says why,
+    # and is still scheduled (an estimate is information, not a decision).
+    errors: dict[str, str] = {}
+    estimates = forecast_starts(working, waiting, running + admitted, compat_check, now, models, horizon=horizon, errors=errors)
     for item in waiting:
+        if item.id in errors:
+            by_id[item.id].explanation["estimate_error"] = errors[item.id]
         est = estimates.get(item.id)
         if est is None:
             continue

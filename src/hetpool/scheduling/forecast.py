@@ -7,13 +7,18 @@ task may start before an earlier big one, as in the real cycle). Tasks started i
 forecast end after `runtime_on` their chosen model, which adds events of its own.
 
 Capacity whose end is unknown (no `expected_end`, no runtime estimate and no default) is
-never released, so whatever waits only for it gets `start_at=None`.
+never released, so whatever waits only for it gets `start_at=None`; so is capacity whose
+end lies beyond FORECAST_SPAN, which keeps every date the walk computes a valid one.
+
+A task that cannot be estimated (its evaluation raises) is left out of the walk and named
+in `errors`, with the error; the others are estimated as if it were not there.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -41,6 +46,26 @@ class StartEstimate:
     wait_s: float | None
     pool: str | None  # where it is expected to start
     model: str | None
+
+
+# Ends further out than this are not forecast (treated as unknown): no plan reaches that
+# far, and runtimes of up to 366 days / 0.001 (core/limits.py) chained one after another
+# would otherwise walk past the last date a datetime can hold.
+FORECAST_SPAN = timedelta(days=100 * 366)
+
+
+def end_after(start: datetime, seconds: float | None) -> datetime | None:
+    """`start` + `seconds`; None when unknown, not finite, negative or past the calendar."""
+    if seconds is None or not math.isfinite(seconds) or seconds < 0:
+        return None
+    try:
+        return start + timedelta(seconds=seconds)
+    except OverflowError:
+        return None
+
+
+def _error(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}"[:500]
 
 
 # Fields that never change where or whether a task fits: tasks equal in everything else
@@ -138,11 +163,14 @@ def forecast_starts(
     *,
     horizon: int = 200,
     default_runtime_s: float | None = None,
+    errors: dict[str, str] | None = None,
 ) -> dict[str, StartEstimate]:
     """Estimated start per task id, for `ordered` in the given (queue) order.
 
-    `snap` must already hold the allocations of `running`; it is not changed.
+    `snap` must already hold the allocations of `running`; it is not changed. `errors`,
+    when given, receives task id → error for each task that could not be estimated.
     """
+    errors = {} if errors is None else errors
     from hetpool.scheduling.cycle import memoized  # deferred: cycle imports this module
 
     scratch = snap.copy()
@@ -163,7 +191,12 @@ def forecast_starts(
     heapq.heapify(events)
 
     offsets = np.concatenate([[0], np.cumsum([len(d) for d in scratch.dev_free])]).astype(np.int64)
-    pending = [_Pending(i, item, scratch, offsets, check) for i, item in enumerate(ordered[:horizon])]
+    pending = []
+    for i, item in enumerate(ordered[:horizon]):
+        try:
+            pending.append(_Pending(i, item, scratch, offsets, check))
+        except Exception as exc:  # this task alone goes without an estimate
+            errors[item.id] = _error(exc)
     started: dict[int, tuple[datetime, WorkerPlacement]] = {}
 
     def walk(t: datetime, dirty: set[int]) -> None:
@@ -183,20 +216,26 @@ def forecast_starts(
             # Early exits, cheapest first. Capacity only shrinks within a walk, so what
             # failed earlier in it (the same shape) still fails; nothing it could use was
             # freed since it last failed; a capacity bound already says no.
-            skip = p.shape in failed or (p.tried and p.pools.isdisjoint(dirty)) or not p.may_fit(scratch, flat_free)
-            p.tried = True
-            if skip or not (result := assign(scratch, p.item.spec, check)).feasible:
-                failed.add(p.shape)
-                still.append(p)
+            try:
+                skip = p.shape in failed or (p.tried and p.pools.isdisjoint(dirty)) or not p.may_fit(scratch, flat_free)
+                p.tried = True
+                if skip or not (result := assign(scratch, p.item.spec, check)).feasible:
+                    failed.add(p.shape)
+                    still.append(p)
+                    continue
+                # Before anything is taken: an error here leaves the scratch snapshot as it was.
+                runtime = _runtime(p.item.spec, result.placements, scratch, models)
+            except Exception as exc:  # this task alone drops out of the forecast
+                errors[p.item.id] = _error(exc)
                 continue
             for w in result.placements:
                 scratch.take(scratch.row_of(w.node, w.pool), w.device_indices, w.device_fraction, w.cpu, w.memory_gb)
             started[p.index] = (t, result.placements[0])
-            runtime = _runtime(p.item.spec, result.placements, scratch, models)
             if runtime is None:
                 runtime = default_runtime_s
-            if runtime is not None:  # None: never released in the forecast
-                heapq.heappush(events, (t + timedelta(seconds=runtime), next(seq), _held(result.placements)))
+            end = end_after(t, runtime)
+            if end is not None and end - now <= FORECAST_SPAN:  # otherwise: never released in the forecast
+                heapq.heappush(events, (end, next(seq), _held(result.placements)))
         pending = still
 
     t, first = now, True

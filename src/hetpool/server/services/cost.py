@@ -202,14 +202,48 @@ def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root + "/")
 
 
+def _visible(budget_tenant: str, tenant: str | None, scopes: list[str] | None) -> bool:
+    # A tenant sees the budgets of its subtree and those of its ancestors (which cover it).
+    if tenant and not (_under(budget_tenant, tenant) or _under(tenant, budget_tenant)):
+        return False
+    return scopes is None or any(_under(budget_tenant, s) for s in scopes)
+
+
+def _invalid_budgets(inv: Inventory, tenant: str | None, scopes: list[str] | None) -> list[dict]:
+    """Stored budgets that no longer validate (see load_inventory): listed with the reason,
+    counting nothing, so that their readers learn why instead of getting an error."""
+    out = []
+    for (kind, name), bad in sorted(inv.invalid.items()):
+        owner = bad.get("tenant")
+        if kind != "Budget" or not isinstance(owner, str) or not _visible(owner, tenant, scopes):
+            continue
+        out.append(
+            {
+                "name": name,
+                "tenant": owner,
+                "period": "-",
+                "period_start": None,
+                "period_end": None,
+                "amount": 0.0,
+                "currency": "",
+                "spent": 0.0,
+                "spent_micros": 0,
+                "fraction": 0.0,
+                "exceeded": False,
+                "hard_stop": False,
+                "alert_at": [],
+                "alerts": [],
+                "invalid": f"stored spec is invalid and counts nothing until applied again: {bad['error']}",
+            }
+        )
+    return out
+
+
 def budget_status(session: Session, inv: Inventory, now: datetime, *, tenant: str | None = None, scopes: list[str] | None = None) -> list[dict]:
     """Each budget (of `tenant`'s subtree, within `scopes`): spent this period vs its amount."""
     out = []
     for budget in budgets(inv):
-        # A tenant sees the budgets of its subtree and those of its ancestors (which cover it).
-        if tenant and not (_under(budget.tenant, tenant) or budget_applies(budget, tenant)):
-            continue
-        if scopes is not None and not any(_under(budget.tenant, s) for s in scopes):
+        if not _visible(budget.tenant, tenant, scopes):
             continue
         period = current_period(budget.period, now)
         spent = spent_micros(session, budget, period)
@@ -234,7 +268,7 @@ def budget_status(session: Session, inv: Inventory, now: datetime, *, tenant: st
                 ],
             }
         )
-    return out
+    return out + _invalid_budgets(inv, tenant, scopes)
 
 
 def raise_budget_alerts(ctx: ServiceContext, session: Session, inv: Inventory, now: datetime) -> list[dict]:
@@ -242,32 +276,40 @@ def raise_budget_alerts(ctx: ServiceContext, session: Session, inv: Inventory, n
     (unique per budget, period and fraction) and a `budget.alert` audit event."""
     raised = []
     for budget in budgets(inv):
-        period = current_period(budget.period, now)
-        spent = spent_micros(session, budget, period)
-        for threshold in crossed_alerts(budget, spent, [a.threshold for a in _raised(session, budget, period)]):
-            currency = _currency(session, budget, period)
-            alert = BudgetAlertRow(
-                budget=budget.name,
-                tenant=budget.tenant,
-                period=period.name,
-                threshold=threshold,
-                amount=budget.amount,
-                spent_micros=spent,
-                currency=currency,
-                raised_at=now,
-            )
-            session.add(alert)
-            after = {
-                "tenant": budget.tenant,
-                "period": period.name,
-                "threshold": threshold,
-                "amount": budget.amount,
-                "spent": from_micros(spent),
-                "currency": currency,
-                "hard_stop": budget.hard_stop,
-            }
-            audit.record(session, actor=ACTOR, action="budget.alert", object_kind="Budget", object_id=budget.name, after=after, ts=now)
-            raised.append({"budget": budget.name, **after})
+        raised += raise_alerts_of(session, budget, now)
+    return raised
+
+
+def raise_alerts_of(session: Session, budget: BudgetSpec, now: datetime) -> list[dict]:
+    """The alerts of one budget (see raise_budget_alerts); the worker runs each budget in its
+    own transaction, so that one that fails holds back no other tenant's alerts."""
+    raised = []
+    period = current_period(budget.period, now)
+    spent = spent_micros(session, budget, period)
+    for threshold in crossed_alerts(budget, spent, [a.threshold for a in _raised(session, budget, period)]):
+        currency = _currency(session, budget, period)
+        alert = BudgetAlertRow(
+            budget=budget.name,
+            tenant=budget.tenant,
+            period=period.name,
+            threshold=threshold,
+            amount=budget.amount,
+            spent_micros=spent,
+            currency=currency,
+            raised_at=now,
+        )
+        session.add(alert)
+        after = {
+            "tenant": budget.tenant,
+            "period": period.name,
+            "threshold": threshold,
+            "amount": budget.amount,
+            "spent": from_micros(spent),
+            "currency": currency,
+            "hard_stop": budget.hard_stop,
+        }
+        audit.record(session, actor=ACTOR, action="budget.alert", object_kind="Budget", object_id=budget.name, after=after, ts=now)
+        raised.append({"budget": budget.name, **after})
     session.flush()
     return raised
 

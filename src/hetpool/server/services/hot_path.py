@@ -60,6 +60,7 @@ def _copy(inv: Inventory) -> Inventory:
         quotas=dict(inv.quotas),
         governance={kind: dict(objects) for kind, objects in inv.governance.items()},
         custom_models=dict(inv.custom_models),
+        invalid=dict(inv.invalid),
     )
 
 

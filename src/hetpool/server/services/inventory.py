@@ -7,9 +7,10 @@ and its audit event in one transaction: nothing is half-applied.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -19,7 +20,7 @@ from hetpool.core.errors import ConflictError, NotFoundError, SpecError
 from hetpool.core.inventory import ClusterSpec, DeviceClass, DeviceModelSpec, NodeSpec, PoolSpec
 from hetpool.core.policy import QueueSpec, SchedulingPolicySpec
 from hetpool.core.quota import SPECIAL_RESOURCES, QuotaSpec
-from hetpool.core.specs import APPLY_ORDER, SPEC_KINDS, resolve_kind, spec_to_document
+from hetpool.core.specs import APPLY_ORDER, SPEC_KINDS, resolve_kind, spec_to_document, validation_details
 from hetpool.core.states import ACTIVE_STATES, TaskState
 from hetpool.core.tasks import TaskTemplateSpec
 from hetpool.core.tenancy import TenantSpec
@@ -49,6 +50,10 @@ class Inventory:
     # Governance kinds (ApprovalPolicy, PriceList, Budget, ReclaimPolicy): kind -> name -> spec.
     governance: dict[str, dict[str, BaseModel]] = field(default_factory=dict)
     custom_models: dict[str, DeviceModelSpec] = field(default_factory=dict)
+    # Stored objects that no longer validate (written before a limit existed, or by hand in
+    # the database), left out so that one bad row stops neither scheduling nor billing:
+    # (kind, name) -> {"tenant": ..., "error": why}.
+    invalid: dict[tuple[str, str], dict] = field(default_factory=dict)
 
     @property
     def policy(self) -> SchedulingPolicySpec:
@@ -82,11 +87,23 @@ class Inventory:
             self.by_kind(kind)[spec.name] = spec
 
 
+log = logging.getLogger(__name__)
+_reported: set[tuple[str, str, int]] = set()  # invalid rows already logged by this process
+
+
 def load_inventory(ctx: ServiceContext, session: Session) -> Inventory:
     inv = Inventory(catalog=ctx.builtin_catalog)
     rows = session.execute(select(InventoryObjectRow)).scalars().all()
     for row in sorted(rows, key=lambda r: APPLY_ORDER.index(r.kind)):
-        inv.add(SPEC_KINDS[row.kind].model_validate(row.spec))
+        try:
+            inv.add(SPEC_KINDS[row.kind].model_validate(row.spec))
+        except ValidationError as exc:
+            error = "; ".join(f"{d['loc']}: {d['msg']}" for d in validation_details(exc))
+            spec = row.spec if isinstance(row.spec, dict) else {}
+            inv.invalid[(row.kind, row.name)] = {"tenant": spec.get("tenant"), "error": error}
+            if (row.kind, row.name, row.generation) not in _reported:
+                _reported.add((row.kind, row.name, row.generation))
+                log.error("stored %s %r is invalid and is left out until it is applied again: %s", row.kind, row.name, error)
     return inv
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -14,6 +14,7 @@ from hetpool.core.inventory import TaskType
 from hetpool.core.specs import parse_spec
 from hetpool.core.states import ACTIVE_STATES, TaskState
 from hetpool.core.tasks import Priority, TaskSpec
+from hetpool.scheduling.forecast import end_after
 from hetpool.scheduling.running import RunningTask
 from hetpool.scheduling.snapshot import Allocation, Snapshot, build_snapshot
 from hetpool.server.db.models import InventoryObjectRow, PlacementRow, TaskRow
@@ -74,15 +75,19 @@ def running_tasks(session: Session, inv: Inventory, learned: dict[str, float], n
         placements.setdefault(p.task_id, []).append(p)
     out = []
     for row in rows:
-        spec = with_runtime(parse_spec(row.spec), learned)
         mine = placements.get(row.id, [])
         started = aware(row.started_at or row.admitted_at or now)
+        try:
+            spec = with_runtime(parse_spec(row.spec), learned)
+        except Exception:  # stored before a limit existed, or written by hand: it still holds its devices
+            out.append(_holding_only(row, mine, started))
+            continue
         expected_end = None
         if spec.runtime_estimate_s is not None and mine:
             slowest = min((inv.catalog.get(p.model).perf_for(spec.task_type) if p.model in inv.catalog else 1.0) for p in mine)
             if spec.per_worker.devices is None:
                 slowest = 1.0
-            expected_end = started + timedelta(seconds=spec.runtime_estimate_s / slowest)
+            expected_end = end_after(started, spec.runtime_estimate_s / slowest)  # None: past any date
         out.append(
             RunningTask(
                 id=row.id,
@@ -98,6 +103,15 @@ def running_tasks(session: Session, inv: Inventory, learned: dict[str, float], n
             )
         )
     return out
+
+
+def _holding_only(row: TaskRow, mine: list[PlacementRow], started: datetime) -> RunningTask:
+    """Work whose spec cannot be read: it holds its placement, with no known end, and is
+    not evicted on the strength of a spec nobody can read."""
+    rank = Priority(row.priority).rank if row.priority in Priority.__members__.values() else Priority.NORMAL.rank
+    task_type = TaskType(row.task_type) if row.task_type in TaskType.__members__.values() else TaskType.GENERAL
+    allocations = tuple(_allocation(p) for p in mine)
+    return RunningTask(row.id, row.tenant, rank, task_type, allocations, started, None, False, row.preempt_reason is not None, row.env)
 
 
 def _allocation(p: PlacementRow) -> Allocation:

@@ -22,6 +22,7 @@ mark (committed just after a pass charged past it) is taken back.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, time, timedelta
 
@@ -29,12 +30,13 @@ from sqlalchemy import func, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from hetpool.core.limits import MAX_PRICE_PER_HOUR
 from hetpool.core.states import ACTIVE_STATES, TaskState
 from hetpool.governance.cost import Allocation, Charge, PriceBook, attempt_spans, charge, split_days, tenant_levels, utc
 from hetpool.server.db.models import AuditEventRow, PlacementRow, TaskRow
 from hetpool.server.db.models_cost import CostAccrualRow, CostLedgerRow
 from hetpool.server.services.context import ServiceContext
-from hetpool.server.services.cost import raise_budget_alerts
+from hetpool.server.services.cost import budgets, raise_alerts_of
 from hetpool.server.services.inventory import Inventory, load_inventory
 
 log = logging.getLogger(__name__)
@@ -88,13 +90,28 @@ def accrue_usage(ctx: ServiceContext, *, step_s: float = ACCRUE_STEP_S) -> int:
     state.cursor = cursor
     checked = state.budgets_checked_at
     if done or checked is None or (now - checked).total_seconds() >= BUDGET_CHECK_S:
+        if _check_budgets(ctx, now):
+            state.budgets_checked_at = now
+    return done
+
+
+def _check_budgets(ctx: ServiceContext, now: datetime) -> bool:
+    """Raise each budget's due alerts, one transaction per budget: one that fails holds
+    back no other budget (it is retried on the next pass). True when all were checked."""
+    with ctx.db.transaction() as session:
+        inv = load_inventory(ctx, session)
+    complete = True
+    for budget in budgets(inv):
         try:
             with ctx.db.transaction() as session:
-                raise_budget_alerts(ctx, session, load_inventory(ctx, session), now)
-            state.budgets_checked_at = now
+                raise_alerts_of(session, budget, now)
         except IntegrityError:  # another server raised the same alert first; re-checked next pass
-            log.info("budget alert raised concurrently; re-checking on the next pass")
-    return done
+            log.info("budget %s: alert raised concurrently; re-checking on the next pass", budget.name)
+            complete = False
+        except Exception:
+            log.exception("budget %s: alerts could not be checked; the other budgets were", budget.name)
+            complete = False
+    return complete
 
 
 def _charge_all(ctx: ServiceContext, state: _Progress, by_task: dict[str, list[_Work]], now: datetime) -> int:
@@ -263,7 +280,7 @@ def _advance(session: Session, inv: Inventory, book: PriceBook, task: TaskRow | 
         devices = len(p.device_indices) * p.device_fraction
         pool = inv.pools.get(p.pool)
         cluster = acc.cluster or (pool.cluster if pool else task.cluster) or "-"
-        rates = book.rates(pool=pool, cluster=cluster, model=p.model, recorded_device_price=p.price_per_hour / devices if devices else 0.0)
+        rates = book.rates(pool=pool, cluster=cluster, model=p.model, recorded_device_price=_recorded_price(p, devices))
         alloc = Allocation(devices=devices, cpu=p.cpu, memory_gb=p.memory_gb)
         for day, piece_start, piece_end in pieces:
             c = charge(alloc, rates, piece_start, piece_end)
@@ -308,6 +325,16 @@ def _advance(session: Session, inv: Inventory, book: PriceBook, task: TaskRow | 
             row.cpu_core_hours += c.cpu_core_hours
             row.memory_gib_hours += c.memory_gib_hours
             row.cost_micros += c.cost_micros
+
+
+def _recorded_price(p: PlacementRow, devices: float) -> float:
+    """The per-device price stored with a placement (used when its pool is gone), if it is a
+    price at all: a row written before prices were bounded, or by hand, may hold anything."""
+    price = p.price_per_hour / devices if devices else 0.0
+    if math.isfinite(price) and 0 <= price <= MAX_PRICE_PER_HOUR:
+        return price
+    log.error("placement of task %s on pool %s records the price %r; charged as 0 per device-hour", p.task_id, p.pool, p.price_per_hour)
+    return 0.0
 
 
 def _take_back(session: Session, existing: dict, rank: int, day, row: CostLedgerRow | None, c: Charge, new_end: datetime) -> None:

@@ -3,9 +3,15 @@
 load (queued tasks, running work, inventory, the cached snapshot) → process (the pure
 `run_cycle`, no session held) → apply (admissions, preemption requests and pending
 explanations, each guarded by the task's state).
+
+One task never stops the pass for the others: a queued task whose stored spec no longer
+validates, or whose evaluation raises in the cycle or while its decision is applied, is
+*set aside* — failed with the reason (and its audit event) — and the rest is scheduled.
 """
 
 from __future__ import annotations
+
+import logging
 
 from sqlalchemy import select, update
 
@@ -30,6 +36,7 @@ from hetpool.server.services.sched_state import (
 )
 
 ACTOR = "scheduler"
+log = logging.getLogger(__name__)
 # Set on a task approved to run over its quota (see services/approvals.py).
 QUOTA_EXEMPT_LABEL = APPROVED_OVER_QUOTA_LABEL
 
@@ -63,41 +70,71 @@ def schedule_once(ctx: ServiceContext) -> CycleResult | None:
         for row in rows:
             try:
                 spec = task_service.resolve_task_spec(inv, {k: v for k, v in row.spec.items() if k != "kind"})
-            except Exception as exc:  # inventory changed under the task
-                invalid.append((row.id, str(exc)))
+            except Exception as exc:  # inventory changed under the task, or a spec stored before a limit existed
+                invalid.append((row.id, f"spec no longer valid: {exc}"))
                 continue
-            queue.append(QueuedTask(row.id, with_runtime(spec, learned), task_service.aware(row.queued_at), quota_exempt=quota_exempt(row)))
+            try:
+                queue.append(QueuedTask(row.id, with_runtime(spec, learned), task_service.aware(row.queued_at), quota_exempt=quota_exempt(row)))
+            except Exception as exc:
+                invalid.append((row.id, _set_aside_message(f"{type(exc).__name__}: {exc}")))
         pools = {p.name: p for p in inv.pools.values()}
         clusters = inv.clusters
         models = {m.name: m for m in inv.catalog.all()}
         queues, policy, weights = list(inv.queues.values()), inv.policy, inv.tenant_weights
         book = quota_book(inv, running) if inv.quotas else None
-    for task_id, error in invalid:
-        with ctx.db.transaction() as session:
-            check_fence(session)
-            stale = task_service.get_row(session, task_id)
-            if stale.state == TaskState.QUEUED.value:
-                task_service.transition(ctx, session, stale, TaskState.FAILED, actor=ACTOR, message=f"spec no longer valid: {error}")
+    _fail_queued(ctx, invalid)
     # process (pure)
     result = run_cycle(
         snap, queue, ctx.compat.check, now, running=running, queues=queues, policy=policy, tenant_weights=weights, models=models, quota=book
     )
-    # apply
+    aside = [(d.task_id, _set_aside_message(d.set_aside)) for d in result.decisions if d.set_aside]
+    try:
+        _apply(ctx, result, epoch, shown, pools, clusters, aside)
+    finally:
+        _fail_queued(ctx, aside)
+    return result
+
+
+def _set_aside_message(error: str) -> str:
+    return f"set aside by the scheduler: evaluating this task raised {error}; the other tasks were scheduled without it"
+
+
+def _fail_queued(ctx: ServiceContext, failures: list[tuple[str, str]]) -> None:
+    """Fail each still-queued task with its reason, one transaction each."""
+    for task_id, message in failures:
+        if message.startswith("set aside"):
+            log.warning("task %s %s", task_id, message)
+        with ctx.db.transaction() as session:
+            check_fence(session)
+            stale = task_service.get_row(session, task_id)
+            if stale.state == TaskState.QUEUED.value:
+                task_service.transition(ctx, session, stale, TaskState.FAILED, actor=ACTOR, message=message)
+
+
+def _apply(ctx: ServiceContext, result: CycleResult, epoch: int, shown: dict, pools: dict, clusters: dict, aside: list) -> None:
+    """Record the cycle's decisions; a decision that cannot be turned into rows joins `aside`."""
     with ctx.db.transaction() as session:
         check_fence(session)  # a replica that lost the lease since its load applies nothing
         if any(d.admit or d.victims for d in result.decisions) and not _claim_epoch(session, epoch):
             # Another replica admitted since our load: our usage and free devices are stale.
             # Apply nothing; the next pass decides again from fresh data.
-            return result
+            return
         # Most decisions of a long queue are "still waiting, for the same reason": those
         # need no write, and the rest are read in one query rather than one each.
         touched = [d.task_id for d in result.decisions if d.admit or d.victims or shown.get(d.task_id) != {**d.explanation, "queue": d.queue}]
         current = _rows_by_id(session, touched)
         for decision in result.decisions:
+            if decision.set_aside:
+                continue  # failed after this transaction
             row = current.get(decision.task_id)
             if row is None or row.state != TaskState.QUEUED.value:
                 continue  # unchanged, or cancelled meanwhile
-            attempts = [a.to_dict() for a in decision.assignment.attempts]
+            try:  # everything that can fail before a row is written
+                attempts = [a.to_dict() for a in decision.assignment.attempts]
+                cluster = clusters[pools[decision.assignment.placements[0].pool].cluster] if decision.admit else None
+            except Exception as exc:
+                aside.append((decision.task_id, _set_aside_message(f"{type(exc).__name__}: {exc}")))
+                continue
             for victim_id in decision.victims:
                 _request_preemption(ctx, session, victim_id, decision.task_id, decision.preemption_reason)
             if not decision.admit:
@@ -123,7 +160,6 @@ def schedule_once(ctx: ServiceContext) -> CycleResult | None:
                         price_per_hour=p.price_per_hour,
                     )
                 )
-            cluster = clusters[pools[decision.assignment.placements[0].pool].cluster]
             task_service.transition(
                 ctx,
                 session,
@@ -140,7 +176,6 @@ def schedule_once(ctx: ServiceContext) -> CycleResult | None:
                 job_id=None,
                 preempt_reason=None,
             )
-    return result
 
 
 def _rows_by_id(session, task_ids: list[str], chunk: int = 500) -> dict[str, TaskRow]:
