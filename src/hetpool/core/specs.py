@@ -104,7 +104,7 @@ def parse_spec(document: Any, where: str = "") -> BaseModel:
     if not isinstance(document, dict):
         raise SpecError(f"{prefix}expected a mapping with 'kind:' and 'name:', got {type(document).__name__}")
     kind = document.get("kind")
-    if kind not in SPEC_KINDS:
+    if not isinstance(kind, str) or kind not in SPEC_KINDS:  # a mapping or list is not hashable
         raise SpecError(
             f"{prefix}kind: {kind!r} is not a known kind",
             details=[{"loc": f"{prefix}kind", "msg": f"allowed: {', '.join(SPEC_KINDS)}"}],

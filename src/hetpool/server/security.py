@@ -15,6 +15,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from hetpool.core.text import child_loc, find_bad_text
 from hetpool.server.ratelimit import RateLimitMiddleware
 
 _HTTP_CODES = {400: "bad_request", 401: "unauthorized", 403: "permission_denied", 404: "not_found", 405: "method_not_allowed", 413: "too_large"}
@@ -76,57 +77,14 @@ class BodyLimitMiddleware:
 
 
 # ------------------------------------------------------------------ text no store can hold
-# Two kinds of string pass Python's own decoding but break later, far from the input:
-# - NUL (U+0000): PostgreSQL refuses it in text (and JSONB), so a lookup by a name holding
-#   one was a 500 there while SQLite answered 404; a command holding one cannot be exec'd.
-# - a lone surrogate (U+D800..U+DFFF without its pair): JSON's "\ud800" escape and raw UTF-8
-#   bytes ED A0 80 (json.loads reads bytes with 'surrogatepass') both decode to one, and
-#   encoding it again as UTF-8 fails: an error message that echoed such a name was a 500.
-# One check here, on the decoded path, query and JSON or form body, instead of one per field;
-# the answer is the validation error shape, naming where (`query.tenant`, `body.documents[0].name`).
-_SURROGATE = re.compile("[\ud800-\udfff]")
+# NUL bytes and lone surrogates (core/text.py says why they break things) are refused here,
+# on the decoded path, query and JSON or form body, once for every route instead of per
+# field; the answer is the validation error shape naming where (`query.tenant`,
+# `body.documents[0].name`).
 # What in a raw JSON body can decode to a NUL or a surrogate. Bodies without any (nearly
 # all) are not decoded twice; with one, the body is decoded to find where it is (a false
 # alarm such as an escaped backslash before "u0000" finds nothing and passes).
 _JSON_SUSPECT = re.compile(rb"\\u(?:0000|[dD][89a-fA-F])|\xed[\xa0-\xbf]")
-
-
-def text_problem(value: str) -> str | None:
-    """Why `value` cannot be stored or sent back, or None."""
-    if "\x00" in value:
-        return "NUL bytes (\\x00) are not allowed in text"
-    match = _SURROGATE.search(value)
-    if match:
-        return f"a lone surrogate (\\u{ord(match.group()):04x}) is not valid Unicode text; send UTF-8"
-    return None
-
-
-def _where(prefix: str, key: object) -> str:
-    if isinstance(key, int):
-        return f"{prefix}[{key}]"
-    shown = str(key).encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace")
-    return f"{prefix}.{shown}"
-
-
-def find_bad_text(value: object, where: str) -> tuple[str, str] | None:
-    """(location, problem) of the first string (or mapping key) in a decoded JSON value
-    that text_problem refuses. Iterative: decoded JSON may nest as deep as the decoder allowed."""
-    stack = [(value, where)]
-    while stack:
-        item, loc = stack.pop()
-        if isinstance(item, str):
-            problem = text_problem(item)
-            if problem:
-                return loc, problem
-        elif isinstance(item, dict):
-            for key, child in reversed(list(item.items())):
-                problem = text_problem(key)
-                if problem:
-                    return _where(loc, key), f"a key: {problem}"
-                stack.append((child, _where(loc, key)))
-        elif isinstance(item, list):
-            stack.extend((child, _where(loc, i)) for i, child in reversed(list(enumerate(item))))
-    return None
 
 
 def _body_kind(headers: dict[bytes, bytes]) -> str | None:
@@ -145,7 +103,7 @@ def _body_kind(headers: dict[bytes, bytes]) -> str | None:
 def _body_problem(kind: str, body: bytes) -> tuple[str, str] | None:
     if kind == "form":
         for name, value in parse_qsl(body.decode("latin-1"), keep_blank_values=True):
-            found = find_bad_text(value, _where("form", name)) or find_bad_text(name, "form")
+            found = find_bad_text(value, child_loc("form", name)) or find_bad_text(name, "form")
             if found:
                 return found
         return None
@@ -160,7 +118,7 @@ def _body_problem(kind: str, body: bytes) -> tuple[str, str] | None:
 
 def _query_problem(query_string: bytes) -> tuple[str, str] | None:
     for name, value in parse_qsl(query_string.decode("latin-1"), keep_blank_values=True):  # as Starlette reads it
-        found = find_bad_text(value, _where("query", name)) or find_bad_text(name, "query")
+        found = find_bad_text(value, child_loc("query", name)) or find_bad_text(name, "query")
         if found:
             return found
     return None

@@ -18,6 +18,7 @@ from hetpool.core.errors import SpecError
 from hetpool.core.inventory import DeviceModelSpec
 from hetpool.core.specs import parse_spec
 from hetpool.core.tasks import TaskSpec
+from hetpool.core.text import decode_utf8
 
 
 @dataclass(frozen=True)
@@ -63,11 +64,22 @@ def parse_trace_line(record: dict, where: str = "") -> TraceTask:
 
 
 def read_trace(path: Path) -> list[TraceTask]:
+    """The trace's tasks by arrival; a file that cannot be read, is not UTF-8 or holds a
+    line that is not a JSON object is a SpecError naming the file (and line), not a traceback."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot be read: {exc.strerror or exc}") from None
     tasks = []
-    with open(path, encoding="utf-8") as fh:
-        for number, line in enumerate(fh, 1):
-            if line.strip():
-                tasks.append(parse_trace_line(json.loads(line), f"{path}:{number}"))
+    for number, line in enumerate(decode_utf8(data, str(path)).splitlines(), 1):
+        if line.strip():
+            try:
+                record = json.loads(line)
+            except (ValueError, RecursionError) as exc:
+                raise SpecError(f"{path}:{number}: not a JSON line: {exc}") from None
+            if not isinstance(record, dict):
+                raise SpecError(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
+            tasks.append(parse_trace_line(record, f"{path}:{number}"))
     return sorted(tasks, key=lambda t: (t.arrival_s, t.id))
 
 
