@@ -9,6 +9,7 @@ import pwd
 import re
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import pytest
 from hetpool.backends.base import JobHandle, JobPhase
 from hetpool.backends.local import LocalBackend
 from hetpool.backends.local import config as local_config
-from hetpool.backends.local.config import DEFAULT_UID_RANGE, LocalConfigError
+from hetpool.backends.local.config import DEFAULT_UID_RANGE, UID_LEASES, LocalConfigError
 from tests.backends.test_local import gone, read_all, request, wait_for, wait_terminal, worker, worker_dir
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,7 +48,15 @@ def run(backend: LocalBackend, task_id: str, command: str, **kwargs) -> tuple[Jo
 
 
 def leases(backend: LocalBackend) -> list[str]:
-    return sorted(p.name for p in (backend.work_dir / "uids").iterdir() if p.name.isdigit())
+    """This backend's leases among the host's (other servers may hold some)."""
+    mine = []
+    for path in UID_LEASES.iterdir():
+        try:
+            if path.name.isdigit() and path.read_text().startswith(f"{backend.work_dir}/"):
+                mine.append(path.name)
+        except FileNotFoundError:
+            continue
+    return sorted(mine)
 
 
 def test_the_command_sees_only_its_own_environment(make, monkeypatch) -> None:
@@ -206,3 +215,40 @@ def test_a_restarted_server_tears_down_after_a_dead_runner_and_releases_the_uid(
     assert gone(command_pid) and leases(restarted) == []
     assert not restarted.workdir(handle).exists()
     assert (worker_dir(restarted, handle, 0) / "cleaned").exists()
+
+
+def test_two_servers_on_one_host_never_hand_out_the_same_uid(make, tmp_path: Path) -> None:
+    """Another server's runner has leased the only uid and not started its command yet
+    (no process runs as the uid): the lease alone must keep the uid from this server."""
+    other_job = tmp_path / "other-server" / "jobs" / "hetpool-other-1"
+    (other_job / "worker-0").mkdir(parents=True)
+    # A stand-in for the other server's live runner: what /proc shows of one.
+    runner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "hetpool.backends.local.runner", str(other_job), "0"])
+    (other_job / "worker-0" / "pid").write_text(str(runner.pid))
+    lease = UID_LEASES / "60992"
+    UID_LEASES.mkdir(parents=True, exist_ok=True)
+    lease.write_text(f"{other_job} 0")
+    try:
+        backend = make(run_as_uid_range="60992-60992")
+        phase, out = run(backend, "second", "id -u")
+        assert phase is JobPhase.FAILED and "no free uid in run_as_uid_range 60992-60992" in out
+        assert lease.read_text() == f"{other_job} 0"
+    finally:
+        runner.kill()
+        runner.wait()
+        lease.unlink(missing_ok=True)
+
+
+def test_a_lease_nobody_will_release_is_taken_back_when_the_range_is_full() -> None:
+    # What a server that died with its data dir leaves behind (or a test's deleted tmp dir).
+    stale = UID_LEASES / "60993"
+    UID_LEASES.mkdir(parents=True, exist_ok=True)
+    stale.write_text("/nonexistent/data/backends/local/jobs/hetpool-gone-1 0")
+    try:
+        backend = LocalBackend(Path(f"/var/tmp/hp-lease-{os.getpid()}"), {"run_as_uid_range": "60993-60993"})
+        phase, out = run(backend, "after", "id -u")
+        assert phase is JobPhase.SUCCEEDED and out.strip() == "60993"
+        assert not stale.exists()
+    finally:
+        stale.unlink(missing_ok=True)
+        subprocess.run(["rm", "-rf", f"/var/tmp/hp-lease-{os.getpid()}"], check=True)

@@ -15,7 +15,8 @@ reads the logs of jobs that an earlier one started::
     jobs/<job_name>/worker-<rank>/exit_code    written by the runner when the command has ended
     jobs/<job_name>/worker-<rank>/cancelled    marker: the worker was told to stop
     jobs/<job_name>/worker-<rank>/uid, workdir, cleaned   the sandbox (lifecycle.py)
-    uids/<uid>                            leases of dynamic uids
+
+Leases of dynamic uids are host-wide, in /var/lib/hetpool/uids/<uid> (lifecycle.py).
 
 The command's working directory is ``<task_root>/<job_name>-w<rank>-<random>``, outside
 work_dir, and is deleted when the command ends.
@@ -56,7 +57,6 @@ from hetpool.backends.local.sandbox import TASK_PATH, check_task_root
 
 __all__ = ["LocalBackend", "create_exclusive", "write_atomic"]
 
-RUNNER_MODULE = "hetpool.backends.local.runner"
 # A worker without a pid file this long after request.json was written was never started
 # (the server died between writing the request and spawning it): report it as failed.
 START_GRACE_S = 30.0
@@ -208,7 +208,7 @@ class LocalBackend(Backend, SupportsGang, SupportsLogStreaming, SupportsFraction
         # this process staying alive, and start_new_session detaches it from our signals.
         with open(wdir / "output.log", "ab") as log:
             proc = subprocess.Popen(
-                [sys.executable, "-m", RUNNER_MODULE, str(job_dir), str(rank)],
+                [sys.executable, "-m", lifecycle.RUNNER_MODULE, str(job_dir), str(rank)],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -247,7 +247,7 @@ class LocalBackend(Backend, SupportsGang, SupportsLogStreaming, SupportsFraction
                     rank=rank,
                     dir=wdir,
                     pid=pid,
-                    alive=pid is not None and _runner_alive(pid, job_dir, rank),
+                    alive=pid is not None and lifecycle.runner_alive(pid, job_dir, rank),
                     exit_code=read_int(wdir / "exit_code"),
                     cancelled=(wdir / "cancelled").exists(),
                     never_started=pid is None and time.time() - written > START_GRACE_S,
@@ -343,22 +343,3 @@ def _runner_environment() -> dict[str, str]:
     if "PYTHONPATH" in os.environ:
         env["PYTHONPATH"] = os.environ["PYTHONPATH"]
     return env
-
-
-def _runner_alive(pid: int, job_dir: Path, rank: int) -> bool:
-    """Is `pid` still our runner for this worker (and not a zombie or a reused pid)?"""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return False  # someone else's process: ours run as us
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return True  # no /proc (e.g. macOS): the signal check is all we have
-    try:
-        args = (proc / str(pid) / "cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    # A zombie has an empty cmdline; a reused pid runs something else.
-    return RUNNER_MODULE.encode() in args and str(job_dir).encode() in args and str(rank).encode() in args

@@ -35,6 +35,7 @@ from pathlib import Path
 
 DEFAULT_UID_RANGE = (60600, 61099)  # unused by systemd (60578-61183); see docs/backends.md
 DEFAULT_TASK_ROOT = Path("/var/lib/hetpool/tasks")
+UID_LEASES = Path("/var/lib/hetpool/uids")  # host-wide leases of dynamic uids (root only)
 MIN_TASK_UID = 1000  # below: system accounts (daemon, www-data, ...) a task must never become
 MAX_TASK_UID = 2**31 - 2
 DEFAULT_LIMITS = {"rlimit_nofile": 4096, "rlimit_nproc": 4096, "rlimit_fsize_mb": 65536, "rlimit_as_mb": 0}

@@ -3,7 +3,7 @@
 Shared by the runner (which normally does both) and the server (which finishes the
 teardown when a runner died before it could), so everything needed is read from files::
 
-    <work_dir>/uids/<uid>             lease of a dynamic uid: "<job_name> <rank>"
+    /var/lib/hetpool/uids/<uid>       lease of a dynamic uid, host-wide: "<job_dir> <rank>"
     <job_dir>/worker-<rank>/uid       the dynamic uid the worker got
     <job_dir>/worker-<rank>/workdir   the task's working directory (written before it exists)
     <job_dir>/worker-<rank>/cleaned   marker: teardown complete, uid released
@@ -18,7 +18,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from hetpool.backends.local.config import DEFAULT_TASK_ROOT
+from hetpool.backends.local.config import DEFAULT_TASK_ROOT, UID_LEASES
 from hetpool.backends.local.files import create_exclusive, read_int, read_text, write_atomic
 from hetpool.backends.local.sandbox import (
     TASK_PATH,
@@ -31,9 +31,11 @@ from hetpool.backends.local.sandbox import (
     release_uid,
     remove_tree,
     sweep_shared_tmp,
+    uids_in_use,
 )
 
 LAUNCH_MODULE = "hetpool.backends.local.launch"
+RUNNER_MODULE = "hetpool.backends.local.runner"
 
 
 @dataclass(frozen=True)
@@ -48,11 +50,37 @@ class Placement:
 
 
 def lease_dir(job_dir: Path) -> Path:
-    return job_dir.parent.parent / "uids"
+    # Host-wide, not per work_dir: two servers on one host (or two test runs) draw from the
+    # same range, and a uid must never be held by two tasks at once.
+    return UID_LEASES
 
 
 def _owner(job_dir: Path, rank: int) -> str:
-    return f"{job_dir.name} {rank}"
+    return f"{job_dir} {rank}"
+
+
+def _stale(owner: str, uid: int) -> bool:
+    """A lease whose worker's runner is gone and no process of the uid lives (a server that
+    died with its data dir, a test's deleted tmp dir, a runner killed before teardown)."""
+    path, _, rank = owner.rpartition(" ")
+    job_dir = Path(path)
+    pid = read_int(job_dir / f"worker-{rank}" / "pid") if rank.isdigit() else None
+    if pid is not None and runner_alive(pid, job_dir, int(rank)):
+        return False
+    return uid not in uids_in_use()
+
+
+def _allocate(job_dir: Path, rank: int, uid_range: tuple[int, int]) -> int:
+    try:
+        return allocate_uid(lease_dir(job_dir), uid_range, _owner(job_dir, rank))
+    except SandboxError:
+        # Full: take back leases nobody will release, then try once more.
+        low, high = uid_range
+        for uid in range(low, high + 1):
+            owner = lease_owner(lease_dir(job_dir), uid)
+            if owner is not None and _stale(owner, uid):
+                release_uid(lease_dir(job_dir), uid, owner)
+        return allocate_uid(lease_dir(job_dir), uid_range, _owner(job_dir, rank))
 
 
 def sudo_launch(identity: dict, *args: str) -> list[str]:
@@ -64,7 +92,7 @@ def prepare(job_dir: Path, rank: int, identity: dict, task_root: Path) -> Placem
     """Pick the identity (leasing a dynamic uid) and create the working directory."""
     wdir = job_dir / f"worker-{rank}"
     if identity["mode"] == "dynamic":
-        uid = allocate_uid(lease_dir(job_dir), tuple(identity["uid_range"]), _owner(job_dir, rank))
+        uid = _allocate(job_dir, rank, tuple(identity["uid_range"]))
         write_atomic(wdir / "uid", str(uid))
         gid, user = uid, f"hetpool-{uid}"
     else:
@@ -138,3 +166,22 @@ def _leased_by(leases: Path, owner: str) -> int | None:
     except FileNotFoundError:
         return None
     return next((int(n) for n in names if lease_owner(leases, int(n)) == owner), None)
+
+
+def runner_alive(pid: int, job_dir: Path, rank: int) -> bool:
+    """Is `pid` still our runner for this worker (and not a zombie or a reused pid)?"""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return False  # someone else's process: ours run as us
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return True  # no /proc (e.g. macOS): the signal check is all we have
+    try:
+        args = (proc / str(pid) / "cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    # A zombie has an empty cmdline; a reused pid runs something else.
+    return RUNNER_MODULE.encode() in args and str(job_dir).encode() in args and str(rank).encode() in args

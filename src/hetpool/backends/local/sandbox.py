@@ -175,7 +175,10 @@ def allocate_uid(lease_dir: Path, uid_range: tuple[int, int], owner: str) -> int
     atomically, so two runners never get the same uid and a restarted server sees which
     uids are taken. Candidates rotate (`.next`), so a uid comes back as late as possible.
     """
-    lease_dir.mkdir(mode=0o700, exist_ok=True)
+    if not lease_dir.is_dir():
+        create_task_root(lease_dir.parent)  # 0711 each, as for the task root
+        lease_dir.mkdir(mode=0o700, exist_ok=True)
+        os.chmod(lease_dir, 0o700)
     low, high = uid_range
     size = high - low + 1
     start = read_int(lease_dir / ".next") or low
