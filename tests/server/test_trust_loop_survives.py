@@ -22,6 +22,7 @@ from hetpool.scheduling import cycle, forecast
 from hetpool.server.db.models import InventoryObjectRow, PlacementRow, TaskRow
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.workers.cost import accrue_usage
+from hetpool.server.workers.dispatcher import dispatch_once
 from hetpool.server.workers.loop import run_pass
 from hetpool.server.workers.scheduler import schedule_once
 from tests.server.helpers import example_task, run_to_end, task_state
@@ -195,6 +196,20 @@ def test_a_stored_runtime_that_overflows_a_date_stops_neither_the_loop_nor_other
         assert run_pass(ctx, (schedule_once,))
 
 
+def test_an_admitted_task_that_cannot_be_launched_is_set_aside_and_the_others_are_dispatched(ctx: ServiceContext, demo: TestClient) -> None:
+    alice = make_user(demo, "alice", ("member", NLP))
+    bob = make_user(demo, "bob", ("member", INFRA))
+    broken = submitted(alice, example_task("data-prep.yaml") | {"name": "broken", "tenant": "ai-lab/nlp/llm-sft"})
+    etl = submitted(bob, example_task("data-prep.yaml"))
+    run_pass(ctx, (schedule_once,))
+    assert task_state(demo, broken) == task_state(demo, etl) == "admitted"
+    _rewrite(ctx, TaskRow, TaskRow.id == broken, lambda row: setattr(row, "spec", {**row.spec, "env_vars": "not a mapping"}))
+    run_pass(ctx, (dispatch_once,))
+    assert task_state(demo, etl) in ("dispatched", "running", "succeeded")
+    shown = demo.get(f"/api/v1/tasks/{broken}").json()
+    assert shown["state"] == "failed" and shown["message"].startswith("set aside by the dispatcher"), shown
+
+
 # ------------------------------------------------------------------ cost with bad stored data
 COST_STEPS = (schedule_once, accrue_usage)
 
@@ -244,3 +259,51 @@ def test_a_bad_price_or_budget_in_the_database_stops_neither_accrual_nor_answers
     assert plan.status_code == 200, plan.text
     assert alice.post("/api/v1/tasks", json=_training(name="next")).status_code == 201
     assert demo.get("/api/v1/cost/report", params={"by": "tenant"}).status_code == 200
+
+
+# ------------------------------------------------------------------ request bodies of the API
+def _unbounded_numbers(schema: dict, components: dict, path: str, seen: frozenset = frozenset()) -> list[str]:
+    if "$ref" in schema:
+        name = schema["$ref"].rsplit("/", 1)[-1]
+        return [] if name in seen else _unbounded_numbers(components[name], components, path, seen | {name})
+    found = [path] if schema.get("type") in ("number", "integer") and not {"maximum", "exclusiveMaximum"} & set(schema) else []
+    for key in ("anyOf", "oneOf", "allOf"):
+        for sub in schema.get(key, []):
+            found += _unbounded_numbers(sub, components, path, seen)
+    for name, sub in schema.get("properties", {}).items():
+        found += _unbounded_numbers(sub, components, f"{path}.{name}", seen)
+    for key, suffix in (("items", "[]"), ("additionalProperties", "{}")):
+        if isinstance(schema.get(key), dict):
+            found += _unbounded_numbers(schema[key], components, path + suffix, seen)
+    return found
+
+
+@pytest.mark.parametrize("db_kind", ["sqlite"])  # the OpenAPI document does not depend on the database
+def test_every_number_in_every_api_request_body_has_an_upper_bound(api: TestClient) -> None:
+    document = api.get("/openapi.json").json()
+    components = document["components"]["schemas"]
+    unbounded = []
+    for route, methods in document["paths"].items():
+        for method, operation in methods.items():
+            body = operation.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema")
+            if body:
+                unbounded += _unbounded_numbers(body, components, f"{method.upper()} {route}")
+    assert unbounded == []
+
+
+@pytest.mark.parametrize("db_kind", ["sqlite"])
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/api/v1/capacity/what-if", '{"quotas": {"ai-lab/nlp": %s}}', "quotas.ai-lab/nlp"),
+        ("/api/v1/capacity/what-if", '{"days": %s}', "days"),
+        ("/api/v1/agent/heartbeat", '{"node": "gpu-a01", "devices": [{"index": 0, "utilisation_pct": %s}]}', "devices[0].utilisation_pct"),
+    ],
+)
+@pytest.mark.parametrize("number", NON_FINITE)
+def test_non_finite_numbers_in_other_request_bodies_are_a_422_naming_the_field(
+    demo: TestClient, path: str, body: str, field: str, number: str
+) -> None:
+    response = demo.post(path, content=body % number, headers={"Content-Type": "application/json"})
+    assert response.status_code == 422, response.text
+    assert any(d["loc"].endswith(field) for d in response.json()["details"]), response.json()

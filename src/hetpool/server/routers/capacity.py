@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field
 
+from hetpool.core.limits import MAX_QUOTA_AMOUNT, bounded
 from hetpool.server.deps import get_ctx, get_principal
 from hetpool.server.services import capacity_whatif
 from hetpool.server.services.auth import Principal
@@ -20,11 +21,13 @@ class ChangeIn(BaseModel):
 
 
 class WhatIfIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     days: float = Field(default=30, gt=0, le=3650, description="replay the finished tasks of this many days back")
     add: list[ChangeIn] = Field(default_factory=list, max_length=16, description="devices to add, e.g. {count: 16, model: ascend-910b2}")
     remove: list[ChangeIn] = Field(default_factory=list, max_length=16, description="devices to remove (whole nodes, at least count devices)")
-    quotas: dict[str, float] | None = Field(default=None, max_length=64, description="team → devices; flags teams demanding more on average")
+    quotas: dict[str, bounded(0, le=MAX_QUOTA_AMOUNT)] | None = Field(
+        default=None, max_length=64, description="team → devices; flags teams demanding more on average"
+    )
     wait_target_hours: float = Field(default=1.0, gt=0, le=8760, description="a pool whose p90 wait exceeds it is saturated")
     idle_below: float = Field(default=0.3, ge=0, le=1, description="utilisation under which a pool is idle")
 

@@ -60,10 +60,21 @@ def dispatch_once(ctx: ServiceContext) -> int:
             return 0
         inv = load_inventory(ctx, session)
         catalog = inv.catalog
-        work = [
-            (r.id, r.attempt, r.backend, inv.clusters.get(r.cluster or ""), _launch_request(catalog, r, task_service.placements_of(session, r)))
-            for r in rows
-        ]
+        work, unlaunchable = [], []
+        for r in rows:
+            try:
+                request = _launch_request(catalog, r, task_service.placements_of(session, r))
+            except Exception as exc:  # one task's stored data must not hold back the others' dispatch
+                log.exception("task %s cannot be turned into a launch request", r.id)
+                unlaunchable.append((r.id, r.attempt, f"set aside by the dispatcher: {type(exc).__name__}: {exc}"[:600]))
+                continue
+            work.append((r.id, r.attempt, r.backend, inv.clusters.get(r.cluster or ""), request))
+    for task_id, attempt, message in unlaunchable:
+        with ctx.db.transaction() as session:
+            check_fence(session)
+            row = task_service.get_row(session, task_id, for_update=True)
+            if row.attempt == attempt and row.state == TaskState.ADMITTED.value:
+                task_service.transition(ctx, session, row, TaskState.FAILED, actor=ACTOR, message=message)
     dispatched = 0
     for task_id, attempt, backend_kind, cluster, request in work:
         try:
