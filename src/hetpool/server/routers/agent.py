@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field
 
 from hetpool.core.errors import PermissionDeniedError
+from hetpool.core.limits import MAX_DEVICE_MEMORY_GB, MAX_DEVICES_PER_NODE
 from hetpool.server.deps import FailureLimiter, get_ctx, get_principal
 from hetpool.server.services import access, audit
 from hetpool.server.services import nodes as node_service
@@ -22,7 +23,7 @@ router = APIRouter(prefix="/api/v1", tags=["agent"])
 class RegisterRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     node: dict[str, Any] = Field(description="a Node spec (kind may be omitted)")
-    pool: str | None = Field(default=None, description="add the node to this existing pool")
+    pool: str | None = Field(default=None, max_length=200, description="add the node to this existing pool")
     agent_version: str = Field(default="", max_length=32)
     models: list[dict[str, Any]] = Field(
         default=[], max_length=64, description="DeviceModel documents for devices the catalog does not know (names start with unknown-)"
@@ -30,12 +31,12 @@ class RegisterRequest(BaseModel):
 
 
 class DeviceReport(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    index: int = Field(ge=0)
-    model: str = ""
-    health: str = "ok"
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    index: int = Field(ge=0, lt=MAX_DEVICES_PER_NODE)
+    model: str = Field(default="", max_length=200)
+    health: str = Field(default="ok", max_length=32)
     utilisation_pct: float | None = Field(default=None, ge=0, le=100)
-    memory_used_mib: int | None = Field(default=None, ge=0)
+    memory_used_mib: int | None = Field(default=None, ge=0, le=MAX_DEVICE_MEMORY_GB * 1024)
 
 
 class HeartbeatRequest(BaseModel):
