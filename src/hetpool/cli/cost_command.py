@@ -121,7 +121,11 @@ def register(app: typer.Typer) -> None:
                     f"{b['fraction']:.0%}",
                     ", ".join(f"{a['threshold']:.0%}" for a in b["alerts"]) or "-",
                     "yes" if b["hard_stop"] else "no",
-                    ("[red]stopped[/red]" if b["hard_stop"] else "[red]exceeded[/red]") if b["exceeded"] else "ok",
+                    "[red]invalid[/red] (-o json: why)"
+                    if b.get("invalid")
+                    else ("[red]stopped[/red]" if b["hard_stop"] else "[red]exceeded[/red]")
+                    if b["exceeded"]
+                    else "ok",
                 ]
                 for b in data
             ],
