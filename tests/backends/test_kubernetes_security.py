@@ -212,6 +212,8 @@ def test_each_tenants_job_lands_in_its_own_namespace(fake: FakeJobsAPI, tmp_path
         ({"run_as_user": "0"}, "backend_config.run_as_user"),
         ({"host_paths": "/var/lib/data"}, "backend_config.host_paths"),
         ({"namespace_mode": "shared"}, "backend_config.namespace_mode"),
+        ({"run_as_user": "²"}, "backend_config.run_as_user"),  # a digit to str.isdigit, not to int()
+        ({"tolerations": "[" * 100_000}, "backend_config.tolerations"),  # deeper than the JSON parser goes
     ],
 )
 def test_unsafe_kubernetes_settings_are_a_422_naming_the_field(api: TestClient, config: dict, field: str) -> None:

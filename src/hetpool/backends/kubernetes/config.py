@@ -133,7 +133,7 @@ def _ids(c: dict[str, str]) -> tuple[int, int]:
     out = []
     for key, default in (("run_as_user", str(DEFAULT_RUN_AS)), ("run_as_group", c.get("run_as_user") or str(DEFAULT_RUN_AS))):
         text = c.get(key) or default
-        if not text.isdigit() or not 0 < int(text) < 2**31:
+        if not re.fullmatch(r"[0-9]{1,10}", text) or not 0 < int(text) < 2**31:  # not isdigit(): "²" is a digit to it
             why = "is refused: pods never run as root (uid/gid 0)" if text.strip("0") == "" and text else "must be a uid/gid between 1 and 2147483647"
             raise ConfigError(key, f"{text!r} {why}")
         out.append(int(text))
@@ -186,7 +186,7 @@ def parse_tolerations(text: str) -> list[dict]:
         return []
     try:
         data = json.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: "[[[[…" nested past the parser's depth
         raise ConfigError("tolerations", f"is not JSON: {exc}") from exc
     if not isinstance(data, list) or not all(isinstance(t, dict) and set(t) <= _TOLERATION_KEYS for t in data):
         raise ConfigError("tolerations", f"must be a JSON list of objects with keys {sorted(_TOLERATION_KEYS)}")
@@ -203,7 +203,7 @@ def model_resources(text: str) -> dict[str, str]:
     if text.startswith("{"):
         try:
             pairs = {str(k).strip(): str(v).strip() for k, v in json.loads(text).items()}
-        except (ValueError, AttributeError) as exc:
+        except (ValueError, AttributeError, RecursionError) as exc:
             raise ConfigError("resource_models", f"is not a JSON object: {exc}") from exc
     else:
         for item in filter(None, (p.strip() for p in text.split(","))):

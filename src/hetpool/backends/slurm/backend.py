@@ -131,7 +131,7 @@ class SlurmBackend(Backend, SupportsGang, SupportsLogStreaming):
     def __init__(self, config: dict[str, str], catalog: DeviceCatalog, work_dir: Path) -> None:
         # Absolute: the path is written into the job scripts that run on the nodes.
         root = str(config.get("jobs_dir") or "").strip()
-        if root and not os.path.isabs(root):
+        if root and (not os.path.isabs(root) or "\0" in root):
             raise ValueError(f"slurm: backend_config.jobs_dir {root!r} must be an absolute path")
         self.work_dir = Path(root or work_dir).resolve()
         jobs = self.work_dir / "jobs"

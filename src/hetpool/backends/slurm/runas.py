@@ -175,7 +175,7 @@ def config_problems(config: dict[str, str]) -> list[dict[str, str]]:
             if "does not exist" not in exc.reason:
                 problems.append({"loc": exc.loc, "msg": exc.reason})
     jobs_dir = str(config.get("jobs_dir") or "").strip()
-    if jobs_dir and not os.path.isabs(jobs_dir):
+    if jobs_dir and (not os.path.isabs(jobs_dir) or "\0" in jobs_dir):
         problems.append({"loc": "backend_config.jobs_dir", "msg": f"{jobs_dir!r} must be an absolute path (the Slurm nodes see it as is)"})
     return problems
 
