@@ -216,3 +216,11 @@ def test_a_non_finite_number_in_a_json_body_is_a_422_naming_the_field(demo: Test
     # Refused by the spec models (core/limits.py), which name the document and the limit.
     refused(raw_post(demo, "/api/v1/apply", budget), "Budget/b: amount", says="finite")
     assert demo.get("/api/v1/budgets/status").status_code == 200  # nothing was stored to break it later
+
+
+def test_an_agent_report_has_bounded_text(demo: TestClient) -> None:
+    node = {"name": "agent-text", "cluster": "gz-general", "cpu_cores": 4, "memory_gb": 8}
+    assert demo.post("/api/v1/agent/register", json={"node": node}).status_code == 200
+    beat = {"node": "agent-text", "devices": [{"index": 0, "model": "m" * 10_000}]}
+    refused(demo.post("/api/v1/agent/heartbeat", json=beat), "body.devices[0].model", says="at most 200")
+    refused(demo.post("/api/v1/agent/register", json={"node": node, "pool": "p" * 10_000}), "body.pool", says="at most 200")

@@ -22,7 +22,7 @@ _HTTP_CODES = {400: "bad_request", 401: "unauthorized", 403: "permission_denied"
 
 
 async def _send_json(send, status: int, content: dict) -> None:
-    body = json.dumps(content).encode()
+    body = json.dumps(content, separators=(",", ":")).encode()  # as JSONResponse writes it
     await send(
         {
             "type": "http.response.start",
