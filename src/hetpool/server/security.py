@@ -107,7 +107,8 @@ def _body_problem(kind: str, body: bytes) -> tuple[str, str] | None:
             if found:
                 return found
         return None
-    if not _JSON_SUSPECT.search(body):
+    # `in` first: a memchr-fast scan (a 4 MiB body in well under a millisecond), the regex only when it may match.
+    if (b"\\u" not in body and b"\xed" not in body) or not _JSON_SUSPECT.search(body):
         return None
     try:
         decoded = json.loads(body)
