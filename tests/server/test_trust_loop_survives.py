@@ -148,6 +148,25 @@ def test_a_task_whose_evaluation_raises_is_set_aside_and_another_tenants_task_ru
         assert run_to_end(ctx, demo, task_id)["state"] == "succeeded"
 
 
+def test_many_tasks_that_raise_cost_a_bounded_number_of_cycles_per_pass(ctx: ServiceContext, demo: TestClient, monkeypatch) -> None:
+    real = cycle.assign
+
+    def evaluate(snapshot, spec, *args, **kwargs):
+        if spec.name.startswith("bad-"):
+            raise ValueError("broken")
+        return real(snapshot, spec, *args, **kwargs)
+
+    monkeypatch.setattr(cycle, "assign", evaluate)
+    alice = make_user(demo, "alice", ("member", NLP))
+    bob = make_user(demo, "bob", ("member", INFRA))
+    bad = [submitted(alice, _training(name=f"bad-{i}")) for i in range(cycle.MAX_SET_ASIDE + 4)]
+    etl = submitted(bob, example_task("data-prep.yaml"))
+    run_pass(ctx, (schedule_once,))  # a pass re-runs the cycle at most MAX_SET_ASIDE times
+    assert [task_state(demo, t) for t in bad].count("failed") == cycle.MAX_SET_ASIDE
+    run_pass(ctx, (schedule_once,))
+    assert {task_state(demo, t) for t in bad} == {"failed"} and task_state(demo, etl) == "admitted"
+
+
 def test_a_failing_start_estimate_for_one_task_leaves_every_other_task_scheduled(ctx: ServiceContext, demo: TestClient, monkeypatch) -> None:
     monkeypatch.setattr(forecast, "candidate_groups", _poison(forecast.candidate_groups, "second"))
     alice = make_user(demo, "alice", ("member", NLP))

@@ -126,6 +126,10 @@ class _Blame:
 
 
 REASON_SET_ASIDE = "set aside"
+# At most this many re-runs per cycle: an error that every task hits (a fault of shared
+# data, not of one task) would otherwise cost one full cycle per queued task. Past it, the
+# cycle returns only the tasks set aside so far; the next pass goes on from there.
+MAX_SET_ASIDE = 16
 
 
 def run_cycle(snapshot: Snapshot, queue: list[QueuedTask], compat_check: CompatCheck, now: datetime, **options) -> CycleResult:
@@ -140,7 +144,8 @@ def run_cycle(snapshot: Snapshot, queue: list[QueuedTask], compat_check: CompatC
     quota = options.get("quota")
     saved = (dict(quota.used), dict(quota.charged)) if quota else None
     aside: dict[str, str] = {}
-    while True:
+    result = CycleResult(decisions=[], duration_s=0.0)
+    while len(aside) < MAX_SET_ASIDE:
         blame = _Blame()
         try:
             result = _run_cycle(snapshot, [q for q in queue if q.id not in aside], compat_check, now, blame=blame, **options)
