@@ -24,8 +24,9 @@ from hetpool.server.services.context import ServiceContext
 from hetpool.server.workers.cost import accrue_usage
 from hetpool.server.workers.dispatcher import dispatch_once
 from hetpool.server.workers.loop import run_pass
+from hetpool.server.workers.reclaim import reclaim_once
 from hetpool.server.workers.scheduler import schedule_once
-from tests.server.helpers import example_task, run_to_end, task_state
+from tests.server.helpers import drive_until, example_task, run_to_end, task_state
 from tests.server.test_access_api import make_user, submitted
 
 NLP, INFRA = "ai-lab/nlp", "infra"
@@ -227,6 +228,28 @@ def test_an_admitted_task_that_cannot_be_launched_is_set_aside_and_the_others_ar
     assert task_state(demo, etl) in ("dispatched", "running", "succeeded")
     shown = demo.get(f"/api/v1/tasks/{broken}").json()
     assert shown["state"] == "failed" and shown["message"].startswith("set aside by the dispatcher"), shown
+
+
+def test_a_stored_lease_or_reclaim_policy_past_the_limits_stops_reclaim_for_no_one_else(ctx: ServiceContext, demo: TestClient) -> None:
+    policies = [
+        {"kind": "ReclaimPolicy", "name": "infra-lease", "tenant": INFRA, "idle_for": None, "max_runtime": "2h", "notice": "5m", "action": "stop"},
+        {"kind": "ReclaimPolicy", "name": "lab-idle", "tenant": "ai-lab", "idle_for": "1h"},
+    ]
+    assert demo.post("/api/v1/apply", json={"documents": policies}).status_code == 200
+    alice = make_user(demo, "alice", ("member", NLP))
+    bob = make_user(demo, "bob", ("member", INFRA))
+    mine = submitted(alice, example_task("data-prep.yaml") | {"name": "long", "tenant": "ai-lab/nlp/llm-sft", "command": "sleep 60"})
+    etl = submitted(bob, example_task("data-prep.yaml") | {"command": "sleep 60"})
+    drive_until(ctx, lambda: task_state(demo, mine) == task_state(demo, etl) == "running")
+    # Stored before durations were bounded: a 5000-day lease and a 400-day idle period.
+    _rewrite(ctx, TaskRow, TaskRow.id == mine, lambda row: setattr(row, "spec", {**row.spec, "max_runtime": "5000d"}))
+    _rewrite(ctx, InventoryObjectRow, InventoryObjectRow.name == "lab-idle", lambda row: setattr(row, "spec", {**row.spec, "idle_for": "400d"}))
+    ctx.clock.advance(2 * 3600 + 60)
+    reclaim_once(ctx)
+    assert demo.get(f"/api/v1/tasks/{etl}").json()["message"].startswith("reclaim notice: past max_runtime 2h")
+    for task_id in (mine, etl):
+        demo.post(f"/api/v1/tasks/{task_id}/cancel")
+    drive_until(ctx, lambda: {task_state(demo, mine), task_state(demo, etl)} == {"cancelled"})
 
 
 # ------------------------------------------------------------------ cost with bad stored data

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -48,8 +49,16 @@ def _iso(ts: datetime) -> str:
 
 
 def load_policies(session: Session) -> list[ReclaimPolicySpec]:
+    """The applied reclaim policies; one stored before a limit existed (or by hand) that no
+    longer validates is left out, as load_inventory does, rather than stopping reclaim."""
     rows = session.execute(select(InventoryObjectRow.spec).where(InventoryObjectRow.kind == "ReclaimPolicy")).scalars()
-    return [ReclaimPolicySpec.model_validate(spec) for spec in rows]
+    policies = []
+    for spec in rows:
+        try:
+            policies.append(ReclaimPolicySpec.model_validate(spec))
+        except ValidationError:
+            continue  # logged by load_inventory, which reads the same rows
+    return policies
 
 
 def _template_leases(session: Session, names: set[str]) -> dict[str, str | None]:
@@ -58,7 +67,13 @@ def _template_leases(session: Session, names: set[str]) -> dict[str, str | None]
     rows = session.execute(
         select(InventoryObjectRow.name, InventoryObjectRow.spec).where(InventoryObjectRow.kind == "TaskTemplate", InventoryObjectRow.name.in_(names))
     ).all()
-    return {name: TaskTemplateSpec.model_validate(spec).defaults.max_runtime for name, spec in rows}
+    leases = {}
+    for name, spec in rows:
+        try:
+            leases[name] = TaskTemplateSpec.model_validate(spec).defaults.max_runtime
+        except ValidationError:  # stored before a limit existed: no lease from it
+            leases[name] = None
+    return leases
 
 
 def usage_sample(placements: list[PlacementRow], statuses: dict[str, NodeStatusRow], stale_before: datetime) -> UsageSample | None:

@@ -7,9 +7,13 @@ and attempt, so a restart between passes neither repeats nor loses a notice or a
 
 from __future__ import annotations
 
+import logging
+
 from hetpool.governance.reclaim import decide
 from hetpool.server.services import reclaim as reclaim_service
 from hetpool.server.services.context import ServiceContext
+
+log = logging.getLogger(__name__)
 
 
 def reclaim_once(ctx: ServiceContext) -> int:
@@ -19,7 +23,11 @@ def reclaim_once(ctx: ServiceContext) -> int:
         policies = reclaim_service.load_policies(session) if candidates else []
     changes = 0
     for candidate in candidates:
-        decision = decide(policies, candidate.facts, now)
+        try:
+            decision = decide(policies, candidate.facts, now)
+        except Exception:  # e.g. a lease stored before durations were bounded: this task alone is skipped
+            log.exception("reclaim: task %s cannot be evaluated; the others were", candidate.facts.task_id)
+            continue
         if decision.kind == "none" and decision.idle_since == candidate.facts.idle_since:
             continue  # nothing to record: most tasks on most passes
         with ctx.db.transaction() as session:
