@@ -80,7 +80,9 @@ sudo_setup() {
   [ "$(id -u "$server")" != 0 ] || { say "$server is root: a root server needs no sudo (run $0 without arguments)"; exit 2; }
   if ! command -v sudo >/dev/null || ! command -v visudo >/dev/null; then
     say "installing Debian's sudo package"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends sudo >&2
+    # A fresh machine may have no package lists yet: update once if the first try fails.
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends sudo >&2 \
+      || { apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends sudo >&2; }
   fi
   local u
   for u in ${users//,/ }; do

@@ -173,8 +173,7 @@ def test_logs_follow_and_cancel(server: Server, tmp_path: Path) -> None:
 def test_server_killed_mid_run_reconciles_without_losing_or_restarting(server: Server, tmp_path: Path) -> None:
     spec = tmp_path / "restart.yaml"
     spec.write_text(  # each start appends to the log (tasks cannot write to the test's tmp_path)
-        "kind: Task\nname: survives-restart\ntenant: infra/data/etl\ntemplate: data-prep\n"
-        "command: 'echo start; sleep 4; echo finished'\n"
+        "kind: Task\nname: survives-restart\ntenant: infra/data/etl\ntemplate: data-prep\ncommand: 'echo start; sleep 4; echo finished'\n"
     )
     task_id = server.cli("submit", "-f", str(spec)).stdout.strip()
     server.wait_for(task_id, {"running"})

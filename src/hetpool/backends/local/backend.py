@@ -264,8 +264,7 @@ class LocalBackend(Backend, SupportsGang, SupportsLogStreaming, SupportsFraction
         if check.returncode != 0:
             why = (check.stderr or check.stdout).strip().splitlines()[-1:] or [f"exit code {check.returncode}"]
             raise PermissionError(
-                f"cannot switch to user {identity.user!r} with sudo ({why[0]}); "
-                f"run deploy/local-runas.sh sudo <server-user> {identity.user} as root"
+                f"cannot switch to user {identity.user!r} with sudo ({why[0]}); run deploy/local-runas.sh sudo <server-user> {identity.user} as root"
             )
         self._sudo_checked.add(identity.user)
 
