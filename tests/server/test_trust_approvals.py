@@ -16,7 +16,9 @@ import yaml
 from alembic import command
 from fastapi.testclient import TestClient
 
+from hetpool.server.db.models_approvals import ApprovalRow
 from hetpool.server.db.session import alembic_config, make_engine
+from hetpool.server.services.context import ServiceContext
 from tests.cli.test_cli_e2e import Server
 from tests.cli.test_users_cli import run_as
 from tests.conftest import database_url
@@ -301,3 +303,20 @@ def test_the_upgrade_fills_in_who_created_each_user_and_issued_each_token(db_kin
     engine.dispose()
     assert created == {"admin": "system", "mallory": "admin", "mallory2": "mallory", "oldie": "mallory"}
     assert issued == {5: "mallory", 6: ""}
+
+
+def test_approving_a_held_change_that_no_longer_validates_is_a_409_not_a_500(demo: TestClient, ctx: ServiceContext) -> None:
+    # A change held before today's limits existed (here: its stored document edited to a
+    # nominal beyond the quota limit) must not crash the approval: 409 naming the field.
+    apply(demo, NLP_QUOTA, policy(quota_changes=True))
+    mallory = create_user(demo, "mallory", ("tenant-admin", "ai-lab"))
+    approval_id = raise_quota(mallory)
+    with ctx.db.transaction() as session:
+        row = session.get(ApprovalRow, approval_id)
+        row.document = {**row.document, "limits": [{"resource": "gpu", "nominal": 1e15}]}
+    trent = create_user(demo, "trent", ("tenant-admin", "ai-lab"))
+    answer = trent.post(f"/api/v1/approvals/{approval_id}/approve", json={"comment": "ok"})
+    assert answer.status_code == 409, answer.text
+    assert "no longer validates" in answer.json()["message"] and "nominal" in answer.json()["message"]
+    assert nominal(demo) == 8
+    assert trent.post(f"/api/v1/approvals/{approval_id}/reject", json={"comment": "invalid"}).status_code == 200

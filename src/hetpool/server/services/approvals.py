@@ -17,7 +17,7 @@ import secrets
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from sqlalchemy import Text, cast, or_, select
 from sqlalchemy.orm import Session
 
@@ -222,7 +222,14 @@ def _apply_held(ctx: ServiceContext, session: Session, row: ApprovalRow, actor: 
         except NotFoundError:
             raise ConflictError(f"{kind} {row.document['name']!r} no longer exists; there is nothing left to delete for {row.id}") from None
         return
-    apply_specs(ctx, session, [SPEC_KINDS[kind].model_validate(row.document)], actor)
+    try:
+        spec = SPEC_KINDS[kind].model_validate(row.document)
+    except ValidationError as exc:
+        # Held before a limit existed (or written by hand): approving it would store an
+        # object that no longer validates. Refuse with the reason; the requester re-applies.
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:3])
+        raise ConflictError(f"the change held by {row.id} no longer validates ({problems}); reject it and apply a valid one") from None
+    apply_specs(ctx, session, [spec], actor)
 
 
 # ------------------------------------------------------------------------- decisions
