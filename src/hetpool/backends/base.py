@@ -81,6 +81,13 @@ class LogChunk:
     complete: bool  # the job has ended and nothing more will be written
 
 
+# Names that never reach a workload from the host's environment, whatever an operator's
+# env_passthrough lists (every engine applies it): they would hand a task the server's
+# secrets or let it run code in place of a library. A POSIX ERE, case-insensitive, so the
+# Ray entrypoint can give the same pattern to `grep -Eiv` on the node.
+NEVER_PASSED_THROUGH = r"^(HETPOOL_.*|.*(PASSWORD|SECRET|TOKEN|CREDENTIAL).*|LD_PRELOAD|PYTHONPATH|PYTHONHOME)$"
+
+
 def worker_environment(request: LaunchRequest, worker: WorkerLaunch) -> dict[str, str]:
     """HETPOOL_* variables plus the vendor's visible-devices variable for one worker."""
     env = dict(request.env)

@@ -33,6 +33,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hetpool.backends.base import NEVER_PASSED_THROUGH
+
 DEFAULT_UID_RANGE = (60600, 61099)  # unused by systemd (60578-61183); see docs/backends.md
 DEFAULT_TASK_ROOT = Path("/var/lib/hetpool/tasks")
 UID_LEASES = Path("/var/lib/hetpool/uids")  # host-wide leases of dynamic uids (root only)
@@ -41,9 +43,7 @@ MAX_TASK_UID = 2**31 - 2
 DEFAULT_LIMITS = {"rlimit_nofile": 4096, "rlimit_nproc": 4096, "rlimit_fsize_mb": 65536, "rlimit_as_mb": 0}
 _LIMIT_MAX = {"rlimit_nofile": 1 << 20, "rlimit_nproc": 1 << 22, "rlimit_fsize_mb": 1 << 30, "rlimit_as_mb": 1 << 30}
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-# Never passed through, whatever the operator lists: they would hand a task the server's
-# secrets or let it run code in the server's libraries' place.
-_NEVER_PASSED = re.compile(r"^(HETPOOL_.*|.*(PASSWORD|SECRET|TOKEN|CREDENTIAL).*|LD_PRELOAD|PYTHONPATH|PYTHONHOME)$", re.I)
+_NEVER_PASSED = re.compile(NEVER_PASSED_THROUGH, re.IGNORECASE)
 # Keys other parts of hetpool read from any cluster's backend_config.
 _SHARED_KEYS = {"sync", "sync_interval_s", "node_prefix"}
 KEYS = {

@@ -24,6 +24,8 @@ from __future__ import annotations
 import re
 import shlex
 
+from hetpool.backends.base import NEVER_PASSED_THROUGH
+
 KEEP = (
     "PATH",
     "HOME",
@@ -45,8 +47,8 @@ KEEP = (
     "GPU_DEVICE_ORDINAL",
     "ONEAPI_DEVICE_SELECTOR",
 )
-# The local backend's rule (backends/local/config.py), so one operator list means one thing.
-NEVER = r"^(HETPOOL_.*|.*(PASSWORD|SECRET|TOKEN|CREDENTIAL).*|LD_PRELOAD|PYTHONPATH|PYTHONHOME)$"
+# The rule every engine shares (backends/base.py), so one operator list means one thing.
+NEVER = NEVER_PASSED_THROUGH
 _NEVER = re.compile(NEVER, re.IGNORECASE)
 _PATTERN = re.compile(r"\*?[A-Za-z_][A-Za-z0-9_]*\*?")
 # Printed through a format so that the marker's literal never appears in the entrypoint, which
