@@ -1,6 +1,9 @@
-"""Tasks pages: the task list, submitting a task from a template (plan first, then
-confirm), and one task with its live state, timeline, placement, fallback decisions and
-log tail. Every read and write goes through /api/v1/tasks… with the user's own token.
+"""Tasks pages: the task list and submitting a task from a template (plan first, then
+confirm). One task's page is pages/tasks_detail.py; what both show is web/task_views.py.
+Every read and write goes through /api/v1/tasks… with the user's own token.
+
+This module's router is included before tasks_detail's (routes.py includes pages in name
+order), so /tasks/new is matched before /tasks/{id}.
 
 Routes
   GET  /tasks               the list. ?state= and ?tenant= are passed to GET /api/v1/tasks;
@@ -12,10 +15,6 @@ Routes
   POST /tasks/new/plan      step 2: POST /api/v1/tasks/plan; the plan beside the kept form.
   POST /tasks/new/submit    POST /api/v1/tasks, then 303 to /tasks/{id}; a refusal shows the
                             API's message on the form, with what the user typed.
-  GET  /tasks/{id}          the task. ?fragment=task-live answers the live part (2 s);
-                            ?fragment=log&rank=R&offset=N answers the log text after byte N
-                            (appended by htmx) and the next poller; ?rank= picks the worker.
-  POST /tasks/{id}/cancel   POST /api/v1/tasks/{id}/cancel, then 303 to /tasks/{id}.
 
 Form fields (POST /tasks/new/plan and /tasks/new/submit): csrf, template, name, tenant,
 env, priority, workers, device_class, device_count, runtime_estimate, command, advanced
@@ -38,18 +37,6 @@ Ids and data-attributes for browser tests
           #plan-backend (data-kind), #plan-approval (data-needed), #confirm-form (the same
           fields, hidden), #confirm-submit, #plan-cannot-submit (instead of the button when
           the task fits nowhere)
-  detail  #task-live (refreshes every 2 s until the task ends), #task-state (data-state),
-          #task-summary, #task-tenant, #task-template, #task-exit-code, #task-message,
-          #timeline rows tr[data-action][data-state], #placement rows
-          tr[data-rank][data-node][data-pool], #fallback (data-fallback-used) with
-          #fallback-preferred, #fallback-chosen and #fallback-attempts rows as in the plan,
-          #pending with #pending-summary, #pending-position, #pending-eta, #approval
-          (data-approval-id) with #approval-link, #cancel-form, #cancel-task (only while the
-          task is not terminal and the user may cancel), #cancel-requested, #action-error,
-          #log-tail, #log-ranks a[data-rank] (workers > 1), #log-text (data-rank),
-          #log-empty, #log-truncated, #log-poll (data-offset, data-complete: "true" once
-          the task ended and its log is read to the end), #log-error, #spec-summary,
-          #spec-command, #spec-full, #back-to-tasks
 """
 
 from __future__ import annotations
@@ -63,17 +50,26 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from hetpool.core.inventory import DeviceClass, TaskType
-from hetpool.core.states import TERMINAL_STATES, TaskState
 from hetpool.core.tasks import Priority
 from hetpool.core.tenancy import Environment
-from hetpool.core.units import format_duration
 from hetpool.web.render import render
 from hetpool.web.session import ApiError, Viewer, check_csrf, viewer
+from hetpool.web.task_views import (
+    STATES,
+    attempt_rows,
+    devices_text,
+    duration,
+    framework_text,
+    host_text,
+    num,
+    objects,
+    short_ts,
+    tenants_for,
+    wait_seconds,
+)
 
 router = APIRouter()
 
-STATES = [s.value for s in TaskState]
-TERMINAL = {s.value for s in TERMINAL_STATES}
 TASK_TYPES = [t.value for t in TaskType]
 DEVICE_CLASSES = [DeviceClass.GPU.value, DeviceClass.NPU.value, DeviceClass.DPU.value, DeviceClass.CPU.value]
 ENVIRONMENTS = [e.value for e in Environment]
@@ -82,93 +78,6 @@ FORM_FIELDS = ("template", "name", "tenant", "env", "priority", "workers", "devi
 
 LIST_LIMIT = 200  # what the API is asked for when it does all the filtering
 SEARCH_LIMIT = 1000  # the API's maximum: filters applied here search this many newest tasks
-LOG_READ_BYTES = 1024 * 1024  # the most GET /api/v1/tasks/{id}/logs returns at once
-LOG_TAIL_CHARS = 64 * 1024  # a first load shows at most this much of a long log
-# The API cannot seek to a log's end, so a first load reads forward at most this many
-# chunks (64 MiB) and shows the tail of what it read; the poll continues from there.
-LOG_MAX_READS = 64
-
-
-# ---------------------------------------------------------------------------- formatting
-def _parse_ts(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    try:
-        ts = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
-
-
-def short_ts(text: str | None) -> str:
-    """'2026-01-01T00:00:00.000000Z' → '2026-01-01 00:00:00' (UTC), '—' when unset."""
-    ts = _parse_ts(text)
-    return ts.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S") if ts else "—"
-
-
-def duration(seconds: float | None) -> str:
-    return "—" if seconds is None else format_duration(max(float(seconds), 0.0))
-
-
-def _num(value: Any) -> str:
-    return f"{value:g}" if isinstance(value, (int, float)) else str(value)
-
-
-def devices_text(devices: dict | None) -> str:
-    """A device request as one short line: '4 × gpu · nvidia-a100-80g · ≥64 GB'."""
-    if not devices:
-        return "—"
-    parts = [f"{_num(devices.get('count', 1))} × {devices.get('class', '?')}"]
-    if devices.get("models"):
-        parts.append(", ".join(devices["models"]))
-    if devices.get("min_memory_gb"):
-        parts.append(f"≥{_num(devices['min_memory_gb'])} GB")
-    if devices.get("memory_gb"):
-        parts.append(f"{_num(devices['memory_gb'])} GB")
-    if devices.get("cores_percent"):
-        parts.append(f"{_num(devices['cores_percent'])}%")
-    return " · ".join(parts)
-
-
-def host_text(per_worker: dict | None) -> str:
-    if not per_worker:
-        return "—"
-    return f"{_num(per_worker.get('cpu', 1))} CPU · {_num(per_worker.get('memory_gb', 1))} GB"
-
-
-def framework_text(framework: dict | None) -> str:
-    if not framework:
-        return "—"
-    text = f"{framework.get('name', '')} {framework.get('version') or ''}".strip()
-    extras = framework.get("extras") or {}
-    return text + ("".join(f" + {k} {v}" for k, v in extras.items()) if extras else "")
-
-
-def reasons_text(reasons: dict | None) -> str:
-    """{'not enough free devices': 2} → '2 not enough free devices' (the API's own words)."""
-    return ", ".join(f"{count} {reason}" for reason, count in sorted((reasons or {}).items(), key=lambda kv: -kv[1]))
-
-
-def _covers(scopes: Any, tenant: str) -> bool:
-    """Does an action's scope from whoami ('*' or tenant roots) reach `tenant`?"""
-    if scopes == "*":
-        return True
-    return any(tenant == s or tenant.startswith(s + "/") for s in scopes or [])
-
-
-async def _objects(user: Viewer, kind: str) -> tuple[list[dict], str]:
-    """An inventory list, or [] and the API's message (a viewer without inventory.read
-    still gets the page)."""
-    try:
-        return await user.api.get(f"/api/v1/objects/{kind}"), ""
-    except ApiError as exc:
-        return [], exc.message
-
-
-async def _tenants_for(user: Viewer, action: str) -> list[str]:
-    tenants, _ = await _objects(user, "tenants")
-    scopes = user.actions.get(action)
-    return sorted(t["name"] for t in tenants if _covers(scopes, t["name"]))
 
 
 # ---------------------------------------------------------------------------- the list
@@ -179,21 +88,7 @@ def _placed_devices(placements: list[dict]) -> str:
         share = len(p.get("devices") or []) * min(p.get("device_fraction") or 0, 1)
         if share:
             by_model[p["model"]] = by_model.get(p["model"], 0) + share
-    return ", ".join(f"{_num(n)} × {model}" for model, n in by_model.items()) or "—"
-
-
-def _wait_seconds(task: dict, now: datetime) -> float | None:
-    """From submission to start; until now while it has not started; None if unknown."""
-    created = _parse_ts(task.get("created_at"))
-    if created is None:
-        return None
-    started = _parse_ts(task.get("started_at"))
-    if started:
-        return (started - created).total_seconds()
-    if task.get("state") in TERMINAL:
-        finished = _parse_ts(task.get("finished_at"))
-        return (finished - created).total_seconds() if finished else None
-    return max((now - created).total_seconds(), 0.0)
+    return ", ".join(f"{num(n)} × {model}" for model, n in by_model.items()) or "—"
 
 
 def _list_row(task: dict, now: datetime) -> dict:
@@ -211,7 +106,7 @@ def _list_row(task: dict, now: datetime) -> dict:
         "nodes": sorted({p["node"] for p in placements}),
         "position": pending.get("position"),
         "eta": short_ts(pending.get("estimated_start")) if pending.get("estimated_start") else "",
-        "wait": duration(_wait_seconds(task, now)),
+        "wait": duration(wait_seconds(task, now)),
         "created": short_ts(task.get("created_at")),
     }
 
@@ -253,8 +148,8 @@ async def task_list(
     }
     if fragment == "task-table":
         return render(request, "tasks_table.html", user, **context)
-    pools, _ = await _objects(user, "pools")
-    templates, _ = await _objects(user, "templates")
+    pools, _ = await objects(user, "pools")
+    templates, _ = await objects(user, "templates")
     return render(
         request,
         "tasks_list.html",
@@ -264,7 +159,7 @@ async def task_list(
         task_types=TASK_TYPES,
         pools=sorted(p["name"] for p in pools),
         templates=sorted(t["name"] for t in templates),
-        tenants=await _tenants_for(user, "task.read"),
+        tenants=await tenants_for(user, "task.read"),
         may_submit=user.may("task.submit"),
         **context,
     )
@@ -377,7 +272,7 @@ def template_view(template: dict) -> dict:
         "presets": presets,
         "priority": defaults.get("priority") or "",
         "workers": defaults.get("workers") or "",
-        "device_count": _num(devices["count"]) if "count" in devices else "",
+        "device_count": num(devices["count"]) if "count" in devices else "",
     }
 
 
@@ -402,7 +297,7 @@ async def _form_page(
     plan: dict | None = None,
     status_code: int = 200,
 ) -> HTMLResponse:
-    templates, templates_error = await _objects(user, "templates")
+    templates, templates_error = await objects(user, "templates")
     by_name = {t["name"]: t for t in templates}
     chosen = by_name.get(values.get("template", ""))
     return render(
@@ -418,7 +313,7 @@ async def _form_page(
         all_groups=_template_groups(templates, ""),
         templates_error=templates_error,
         chosen=template_view(chosen) if chosen else None,
-        tenants=await _tenants_for(user, "task.submit"),
+        tenants=await tenants_for(user, "task.submit"),
         environments=ENVIRONMENTS,
         priorities=PRIORITIES,
         device_classes=DEVICE_CLASSES,
@@ -432,7 +327,7 @@ async def _form_page(
 async def new_task(request: Request, type: str = "", template: str = "", fragment: str = "") -> HTMLResponse:
     user = await viewer(request)
     if fragment == "template-defaults":
-        templates, _ = await _objects(user, "templates")
+        templates, _ = await objects(user, "templates")
         chosen = next((t for t in templates if t["name"] == template), None)
         return render(request, "tasks_template_defaults.html", user, chosen=template_view(chosen) if chosen else None)
     values = {k: "" for k in FORM_FIELDS} | {"template": template, "env": Environment.DEV.value}
@@ -440,7 +335,7 @@ async def new_task(request: Request, type: str = "", template: str = "", fragmen
 
 
 async def _document_or_form(request: Request, user: Viewer, values: dict[str, str]) -> dict | HTMLResponse:
-    templates, _ = await _objects(user, "templates")
+    templates, _ = await objects(user, "templates")
     try:
         return task_document(values, {t["name"]: t for t in templates})
     except FormProblem as exc:
@@ -490,25 +385,6 @@ def plan_view(plan: dict) -> dict:
     }
 
 
-def attempt_rows(attempts: list[dict], chosen: str | None) -> list[dict]:
-    """Candidates in the order tried: the first is the preferred one, later ones fallbacks."""
-    rows = []
-    for i, attempt in enumerate(attempts):
-        rows.append(
-            {
-                "candidate": attempt.get("candidate", ""),
-                "role": "preferred" if i == 0 else "fallback",
-                "pools": attempt.get("pools") or [],
-                "outcome": attempt.get("outcome", ""),
-                "workers_fit": attempt.get("workers_fit"),
-                "chosen": bool(chosen) and attempt.get("candidate") == chosen and attempt.get("outcome") == "fit",
-                "reasons": reasons_text(attempt.get("reasons")),
-                "details": attempt.get("details") or [],
-            }
-        )
-    return rows
-
-
 @router.post("/tasks/new/plan", response_class=HTMLResponse)
 async def plan_task(request: Request) -> HTMLResponse:
     user = await viewer(request)
@@ -535,173 +411,3 @@ async def submit_task(request: Request) -> Response:
     except ApiError as exc:
         return await _form_page(request, user, values, problem=("tasks.error.refused", {"message": exc.message}), status_code=exc.status)
     return RedirectResponse(f"/tasks/{quote(task['id'], safe='')}", status_code=303)
-
-
-# ---------------------------------------------------------------------------- one task
-def _timeline(events: list[dict]) -> list[dict]:
-    rows = []
-    for event in events:
-        action = event.get("action", "")
-        if not action.startswith("task."):
-            continue
-        suffix = action.removeprefix("task.")
-        after = event.get("after") or {}
-        rows.append(
-            {
-                "ts": short_ts(event.get("ts")),
-                "action": action,
-                "suffix": suffix,
-                "state": after.get("state") or (suffix if suffix in STATES else ""),
-                "actor": event.get("actor", ""),
-                "detail": after.get("message") or after.get("reason") or "",
-            }
-        )
-    return rows
-
-
-def _spec_summary(spec: dict) -> list[tuple[str, str]]:
-    per_worker = spec.get("per_worker") or {}
-    rows = [
-        ("tasks.spec.workers", str(spec.get("workers", 1))),
-        ("tasks.spec.devices", devices_text(per_worker.get("devices"))),
-        ("tasks.spec.host", host_text(per_worker)),
-        ("tasks.spec.framework", framework_text(spec.get("framework"))),
-    ]
-    if spec.get("fallback"):
-        rows.append(("tasks.spec.fallback", " → ".join(spec["fallback"])))
-    if spec.get("any_of"):
-        rows.append(("tasks.spec.any_of", ", ".join(spec["any_of"])))
-    if spec.get("features"):
-        rows.append(("tasks.spec.features", ", ".join(spec["features"])))
-    rows.append(("tasks.spec.runtime", f"{spec.get('runtime_estimate') or '—'} / {spec.get('max_runtime') or '—'}"))
-    if spec.get("image"):
-        rows.append(("tasks.spec.image", spec["image"]))
-    return rows
-
-
-def _without_empty(value: Any) -> Any:
-    """The spec without unset fields, for a readable YAML view."""
-    if isinstance(value, dict):
-        return {k: _without_empty(v) for k, v in value.items() if v not in (None, "", [], {})}
-    return value
-
-
-def detail_view(task: dict, user: Viewer) -> dict:
-    state = task.get("state", "")
-    attempts = task.get("placement_attempts") or []
-    placements = task.get("placements") or []
-    chosen_attempt = next((a for a in attempts if a.get("outcome") == "fit"), None)
-    events = task.get("events") or []
-    terminal = state in TERMINAL
-    return {
-        "task": task,
-        "state": state,
-        "terminal": terminal,
-        "may_cancel": not terminal and user.may("task.cancel"),
-        "cancel_requested": not terminal and any(e.get("action") == "task.cancel_requested" for e in events),
-        "timeline": _timeline(events),
-        "placements": placements,
-        "attempts": attempt_rows(attempts, chosen_attempt.get("candidate") if chosen_attempt else None),
-        "preferred": attempts[0].get("candidate", "") if attempts else "",
-        "chosen": (chosen_attempt or {}).get("candidate", "") if placements else "",
-        "chosen_models": sorted({p["model"] for p in placements}),
-        "pending": task.get("pending") if state == TaskState.QUEUED.value else None,
-        "pending_reasons": reasons_text((task.get("pending") or {}).get("reasons")),
-        "pending_eta": short_ts((task.get("pending") or {}).get("estimated_start")),
-        "pending_wait": duration((task.get("pending") or {}).get("estimated_wait_s")),
-        "approval": task.get("approval") if state == TaskState.PENDING_APPROVAL.value else None,
-        "times": [
-            ("created", short_ts(task.get("created_at"))),
-            ("tasks.detail.admitted", short_ts(task.get("admitted_at"))),
-            ("tasks.detail.started", short_ts(task.get("started_at"))),
-            ("tasks.detail.finished", short_ts(task.get("finished_at"))),
-            ("tasks.wait", duration(_wait_seconds(task, datetime.now(UTC)))),
-        ],
-    }
-
-
-async def _read_log(user: Viewer, task_id: str, rank: int, offset: int) -> dict:
-    return await user.api.get(f"/api/v1/tasks/{quote(task_id, safe='')}/logs", rank=rank, offset=offset, limit=LOG_READ_BYTES)
-
-
-async def _log_tail(user: Viewer, task_id: str, rank: int) -> dict:
-    """The last LOG_TAIL_CHARS of a worker's log and the byte offset to follow it from."""
-    text, offset, complete, truncated = "", 0, False, False
-    try:
-        for _ in range(LOG_MAX_READS):
-            chunk = await _read_log(user, task_id, rank, offset)
-            text += chunk.get("text", "")
-            if len(text) > LOG_TAIL_CHARS:
-                text, truncated = text[-LOG_TAIL_CHARS:], True
-            moved = chunk.get("offset", offset) - offset
-            offset, complete = max(chunk.get("offset", offset), offset), bool(chunk.get("complete"))
-            if moved < LOG_READ_BYTES:  # a short read: this is the end for now
-                break
-    except ApiError as exc:  # e.g. a viewer may read the task but not its logs
-        return {"text": "", "offset": 0, "complete": True, "error": exc.message, "truncated": False}
-    return {"text": text, "offset": offset, "complete": complete, "error": "", "truncated": truncated}
-
-
-def _int(text: str, default: int = 0) -> int:
-    try:
-        return max(int(text), 0)
-    except ValueError:
-        return default
-
-
-@router.get("/tasks/{task_id}", response_class=HTMLResponse)
-async def task_detail(request: Request, task_id: str, fragment: str = "", rank: str = "0", offset: str = "0") -> HTMLResponse:
-    user = await viewer(request)
-    worker = _int(rank)
-    if fragment == "log":
-        try:
-            chunk = await _read_log(user, task_id, worker, _int(offset))
-            error = ""
-        except ApiError as exc:
-            chunk, error = {"text": "", "offset": _int(offset), "complete": True}, exc.message
-        return render(request, "task_log.html", user, task_id=task_id, rank=worker, chunk=chunk, error=error)
-    task = await user.api.get(f"/api/v1/tasks/{quote(task_id, safe='')}")
-    return await _detail_page(request, user, task, fragment=fragment, rank=worker)
-
-
-async def _detail_page(
-    request: Request, user: Viewer, task: dict, *, fragment: str = "", rank: int = 0, action_error: str = "", status_code: int = 200
-) -> HTMLResponse:
-    view = detail_view(task, user)
-    if fragment == "task-live":
-        return render(request, "task_live.html", user, **view)
-    workers = int((task.get("spec") or {}).get("workers", 1) or 1)
-    rank = min(rank, workers - 1)
-    spec = task.get("spec") or {}
-    return render(
-        request,
-        "task_detail.html",
-        user,
-        status_code=status_code,
-        active="/tasks",
-        rank=rank,
-        ranks=list(range(min(workers, 64))),
-        log=await _log_tail(user, task["id"], rank),
-        log_tail_kib=LOG_TAIL_CHARS // 1024,
-        spec_summary=_spec_summary(spec),
-        command=spec.get("command") or "",
-        spec_yaml=yaml.safe_dump(_without_empty(spec), sort_keys=False, allow_unicode=True),
-        action_error=action_error,
-        **view,
-    )
-
-
-@router.post("/tasks/{task_id}/cancel", response_class=HTMLResponse)
-async def cancel_task(request: Request, task_id: str) -> Response:
-    user = await viewer(request)
-    await check_csrf(request, user)
-    path = f"/api/v1/tasks/{quote(task_id, safe='')}"
-    try:
-        await user.api.post(path + "/cancel")
-    except ApiError as exc:
-        if exc.status == 404:  # not visible to this user: the error page, as for reading it
-            raise
-        # The refusal (already ended, not allowed) is shown on the task's page.
-        task = await user.api.get(path)
-        return await _detail_page(request, user, task, action_error=exc.message, status_code=exc.status)
-    return RedirectResponse(f"/tasks/{quote(task_id, safe='')}", status_code=303)
