@@ -42,7 +42,8 @@ QUOTA_EXEMPT_LABEL = APPROVED_OVER_QUOTA_LABEL
 
 
 def quota_exempt(row: TaskRow) -> bool:
-    return bool(getattr(row, "quota_exempt", False)) or (row.spec.get("labels") or {}).get(QUOTA_EXEMPT_LABEL) == "true"
+    """Approved to run over its quota: the approval leaves a label on the spec (there is no column)."""
+    return (row.spec.get("labels") or {}).get(QUOTA_EXEMPT_LABEL) == "true"
 
 
 def snapshot_cache(ctx: ServiceContext) -> SnapshotCache:
