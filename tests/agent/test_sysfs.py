@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hetpool.agent.discovery import DiscoveredDevice, Discovery
-from hetpool.agent.sysfs import ACCELERATOR_CLASSES, ACCELERATOR_VENDORS, cpu_facts, normalise_bus_id, parse_cpu_list, read_pci, scan_pci
+from hetpool.agent.sysfs import ACCELERATOR_CLASSES, ACCELERATOR_VENDORS, cpu_facts, normalise_bus_id, read_pci, scan_pci
 
 X86_CPUINFO = "".join(
     f"processor\t: {cpu}\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\n"
@@ -78,8 +78,7 @@ def test_cpu_facts_arm_without_numa(tmp_path: Path):
     assert cpu_facts(tmp_path) == {"cpu_model": "HiSilicon Kunpeng-920", "cpu_logical": 4, "numa_nodes": 1}
 
 
-def test_cpu_list_and_bus_ids():
-    assert parse_cpu_list("0-3,8,10-11\n") == [0, 1, 2, 3, 8, 10, 11]
+def test_bus_ids():
     assert normalise_bus_id("00000000:3B:00.0") == "0000:3b:00.0"
     assert normalise_bus_id("3b:00.1") == "0000:3b:00.1"
     assert normalise_bus_id("0000:D3:00.0") == "0000:d3:00.0"

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
-from hetpool.scheduling.cycle import QueuedTask, queue_order, run_cycle
+from hetpool.scheduling.cycle import QueuedTask, run_cycle
 from hetpool.scheduling.filters import REASON_DEVICES, REASON_DEVICES_TOTAL
 from hetpool.scheduling.snapshot import Snapshot
 from tests.scheduling.factories import CUDA_STACK, alloc, compat_check, make_snapshot, node, pool, task
@@ -39,20 +39,6 @@ def _assert_arrays_equal(before: tuple, snap: Snapshot) -> None:
 
 
 # ------------------------------------------------------------------ queue order
-
-
-def test_queue_order_priority_then_age_then_id() -> None:
-    queue = [
-        _q("low-old", 0, priority="low"),
-        _q("normal-new", 30),
-        _q("normal-old", 10),
-        _q("critical", 50, priority="critical"),
-        _q("high-b", 20, priority="high"),
-        _q("high-a", 20, priority="high"),
-    ]
-    assert [q.id for q in queue_order(queue)] == ["critical", "high-a", "high-b", "normal-old", "normal-new", "low-old"]
-    # The input list is not reordered in place.
-    assert queue[0].id == "low-old"
 
 
 def test_run_cycle_decides_in_queue_order() -> None:

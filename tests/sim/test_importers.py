@@ -17,7 +17,7 @@ from hetpool.core.inventory import DeviceModelSpec, NodeSpec, PoolSpec
 from hetpool.core.specs import parse_documents
 from hetpool.server.db.models import TaskRow
 from hetpool.server.services.context import ServiceContext
-from hetpool.server.services.history import export_history, history_to_jsonl
+from hetpool.server.services.history import export_history
 from hetpool.sim.importers import gavel_device_models, gavel_inventory, load_throughputs, read_gavel_trace
 from hetpool.sim.importers.history import TaskRecord, history_from_records
 from hetpool.sim.trace import read_trace, write_trace
@@ -199,7 +199,7 @@ def test_export_history_from_the_database(ctx: ServiceContext, demo: TestClient,
     catalog = DeviceCatalog.builtin()
     with ctx.db.transaction() as session:
         tasks = export_history(session, catalog)
-        written = history_to_jsonl(session, catalog, tmp_path / "history.jsonl")
+    written = write_trace(tasks, tmp_path / "history.jsonl")
     assert [t.id for t in tasks] == [prep, serve] and written == 2
     first, second = tasks
     assert (first.arrival_s, second.arrival_s) == (0.0, 30.0)

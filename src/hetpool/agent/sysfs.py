@@ -96,18 +96,6 @@ def _cpu_model(blocks: list[dict[str, str]]) -> str:
     return ""
 
 
-def parse_cpu_list(text: str) -> list[int]:
-    """The kernel's cpu list format: "0-3,8,10-11" → [0, 1, 2, 3, 8, 10, 11]."""
-    cpus: list[int] = []
-    for part in text.strip().split(","):
-        if not part:
-            continue
-        first, _, last = part.partition("-")
-        if first.isdigit() and (not last or last.isdigit()):
-            cpus.extend(range(int(first), int(last or first) + 1))
-    return cpus
-
-
 def cpu_facts(root: str | Path = "/") -> dict:
     """CPU model, logical CPUs, physical cores, sockets and NUMA nodes (with their CPUs)."""
     base = Path(root)

@@ -11,7 +11,6 @@ and an estimated start. Only the server's workers turn decisions into writes and
 from __future__ import annotations
 
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -90,11 +89,6 @@ def shape_key(spec: TaskSpec, queue: QueueSpec, tenant_matters: bool) -> str:
     shape fails, every later task of the same shape fails too — and is skipped cheaply.
     The tenant counts only where pools are reserved for tenants."""
     return f"{queue.name}|{spec.tenant if tenant_matters else ''}|{spec.placement_shape}"
-
-
-def queue_order(queue: list[QueuedTask]) -> list[QueuedTask]:
-    """Priority class first, then age (oldest first); ids break ties deterministically."""
-    return sorted(queue, key=lambda q: (-q.spec.priority.rank, q.queued_at, q.id))
 
 
 def _fair_share(snapshot: Snapshot, running: list[RunningTask], weights: dict[str, float]) -> FairShare:
@@ -573,8 +567,3 @@ def _as_allocations(decision: Decision):
         yield Allocation(p.node, p.pool, p.device_indices, p.device_fraction, p.cpu, p.memory_gb)
 
 
-def summarize_reasons(decisions: list[Decision]) -> Counter:
-    total: Counter = Counter()
-    for d in decisions:
-        total.update(d.assignment.reasons)
-    return total

@@ -105,11 +105,6 @@ def find_victims(
     return PreemptionPlan(victims=victims, assignment=final, reason=reason)
 
 
-def victims_summary(plan: PreemptionPlan) -> dict:
-    """The API's view of a plan: who is evicted and why."""
-    return {"victims": [v.id for v in plan.victims], "reason": plan.reason}
-
-
 def _usable_nodes(snap: Snapshot, task: TaskSpec, compat_check: CompatCheck, allowed_pools: set[str] | None = None) -> set[str]:
     """Nodes with a row in a pool the task could run on at all (capacity aside).
 

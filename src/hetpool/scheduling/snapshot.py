@@ -155,10 +155,6 @@ class Snapshot:
             self._perf[key] = perf
         return self._perf[key]
 
-    @property
-    def row_count(self) -> int:
-        return len(self.row_node)
-
     def whole_free(self) -> np.ndarray:
         """Idle whole devices per row (read-only view; updated incrementally by take())."""
         return self.row_free_whole

@@ -10,7 +10,7 @@ model's relative performance.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -91,6 +91,3 @@ def write_trace(tasks: Iterable[TraceTask], path: Path) -> int:
             count += 1
     return count
 
-
-def iter_sorted(tasks: Iterable[TraceTask]) -> Iterator[TraceTask]:
-    return iter(sorted(tasks, key=lambda t: (t.arrival_s, t.id)))

@@ -188,14 +188,6 @@ def _audit_use(session: Session, user: str, token_id: int, label: str, source: s
     )
 
 
-def authenticate(session: Session, token: str, now: datetime) -> Principal | None:
-    """The principal for an API token, or None (callers that need the reason use resolve)."""
-    try:
-        return resolve(session, token, now)
-    except AuthFailure:
-        return None
-
-
 def _insert_use(session: Session, token_id: int, now: datetime) -> bool:
     """Insert the token's first use; False if a concurrent request already did."""
     if session.bind.dialect.name == "postgresql":

@@ -41,7 +41,6 @@ from hetpool.server.services.inventory import _active_tasks, apply_specs, load_i
 
 log = logging.getLogger(__name__)
 
-DEFAULT_INTERVAL_S = 30.0
 ENGINE_NODE_LABEL = "hetpool.io/engine-node-name"
 # Placeholder classes for unknown devices, from the GRES / resource name the engine used.
 _CLASS_HINTS = {"gpu": DeviceClass.GPU, "npu": DeviceClass.NPU, "dpu": DeviceClass.DPU, "mlu": DeviceClass.NPU, "xpu": DeviceClass.NPU}

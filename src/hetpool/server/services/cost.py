@@ -271,18 +271,11 @@ def budget_status(session: Session, inv: Inventory, now: datetime, *, tenant: st
     return out + _invalid_budgets(inv, tenant, scopes)
 
 
-def raise_budget_alerts(ctx: ServiceContext, session: Session, inv: Inventory, now: datetime) -> list[dict]:
-    """Record each alert fraction a budget's spend has reached this period, once: a row
-    (unique per budget, period and fraction) and a `budget.alert` audit event."""
-    raised = []
-    for budget in budgets(inv):
-        raised += raise_alerts_of(session, budget, now)
-    return raised
-
-
 def raise_alerts_of(session: Session, budget: BudgetSpec, now: datetime) -> list[dict]:
-    """The alerts of one budget (see raise_budget_alerts); the worker runs each budget in its
-    own transaction, so that one that fails holds back no other tenant's alerts."""
+    """Record each alert fraction one budget's spend has reached this period, once: a row
+    (unique per budget, period and fraction) and a `budget.alert` audit event. The worker
+    runs each budget in its own transaction, so that one that fails holds back no other
+    tenant's alerts."""
     raised = []
     period = current_period(budget.period, now)
     spent = spent_micros(session, budget, period)

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -12,7 +10,7 @@ from sqlalchemy.orm import Session
 from hetpool.catalog.devices import DeviceCatalog
 from hetpool.server.db.models import PlacementRow, TaskRow
 from hetpool.sim.importers.history import TaskRecord, history_from_records
-from hetpool.sim.trace import TraceTask, write_trace
+from hetpool.sim.trace import TraceTask
 
 
 def _utc(value: datetime | None) -> datetime | None:
@@ -50,6 +48,3 @@ def export_history(
     submission; `include_unstarted` adds never-started tasks with a runtime_estimate."""
     return history_from_records(load_records(session), catalog, since=since, include_failed=include_failed, include_unstarted=include_unstarted)
 
-
-def history_to_jsonl(session: Session, catalog: DeviceCatalog, path: Path | str, **options: Any) -> int:
-    return write_trace(export_history(session, catalog, **options), Path(path))

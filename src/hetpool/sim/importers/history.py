@@ -12,7 +12,6 @@ them, needing no database.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -49,10 +48,6 @@ def as_utc(value: Any) -> datetime | None:
     if not isinstance(value, datetime):
         raise TypeError(f"expected a datetime, got {type(value).__name__}")
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
-def _as_json(value: Any) -> dict:
-    return json.loads(value) if isinstance(value, (str, bytes)) else dict(value)
 
 
 def relative_performance(spec: TaskSpec, model: str | None, catalog: DeviceCatalog) -> float:
