@@ -192,8 +192,7 @@ def test_a_tenant_admin_elsewhere_may_not_decide(ctx: ServiceContext, people: di
     from hetpool.server.services.access import holds_role
 
     outsider = auth.Principal(user_id=0, name="x", role="tenant-admin", bindings=(Binding("tenant-admin", "infra"),))
-    if holds_role(outsider, "tenant-admin", TENANT):
-        pytest.skip("access.holds_role is still the placeholder (every tenant-admin everywhere)")
+    assert not holds_role(outsider, "tenant-admin", TENANT), "a tenant-admin of infra must not hold the role on another tenant"
     admin, alice = people["admin"], people["alice"]
     dave = make_user(ctx, admin, "dave", ("tenant-admin", "infra"))
     apply(admin, policy(max_devices=1))
