@@ -23,10 +23,6 @@ class TaskState(StrEnum):
     def terminal(self) -> bool:
         return self in TERMINAL_STATES
 
-    @property
-    def holds_resources(self) -> bool:
-        return self in ACTIVE_STATES
-
 
 TERMINAL_STATES = frozenset({TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED})
 # States in which a task's placement occupies capacity.
