@@ -3,27 +3,36 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PORT ?= 8080
+# Two installs into one venv: `make demo` needs only the runtime; test, lint and the
+# developer's venv add the test tools and the extras the tests exercise (plot, tracing).
+RUNTIME_STAMP := $(VENV)/.installed-runtime
 STAMP := $(VENV)/.installed
 # Two pytest workers: tests that share the Slurm cluster and Ray head run on one of them (tests/conftest.py).
 TEST_WORKERS ?= 2
 
 .PHONY: demo demo-full test venv lint bench clean-demo
 
-$(STAMP): pyproject.toml
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
-	touch $(STAMP)
+
+$(RUNTIME_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e .
+	touch $@
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[test,plot,tracing]'
+	touch $@
 
 venv: $(STAMP)
 
 ## Start the server with the demo inventory on SQLite (data in ~/.hetpool unless DATA_DIR=...).
-demo: $(STAMP)
+demo: $(RUNTIME_STAMP)
 	deploy/local-runas.sh
 	$(BIN)/hetpool up --demo --port $(PORT) $(if $(DATA_DIR),--data-dir $(DATA_DIR))
 
 ## The demo with a real Slurm cluster and a Ray head beside the local backend (stops them on exit).
-demo-full: $(STAMP)
+demo-full: $(RUNTIME_STAMP)
 	deploy/local-runas.sh
 	@trap 'trap - EXIT; deploy/ray.sh stop; deploy/slurm.sh stop' EXIT INT TERM; \
 	  conf=$$(deploy/slurm.sh start) && ray=$$(deploy/ray.sh start) && \

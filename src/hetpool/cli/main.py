@@ -9,6 +9,7 @@ from functools import wraps
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from hetpool import __version__
 from hetpool.cli.config import load_config, save_config
@@ -43,14 +44,15 @@ def handles_errors(fn):
         try:
             return fn(*args, **kwargs)
         except ApiError as exc:
-            err_console.print(f"[red]error[/red] ({exc.status or 'no connection'} {exc.code}): {exc.message}")
+            # escape: a message is text, not markup ("pip install 'hetpool[plot]'" would lose "[plot]")
+            err_console.print(f"[red]error[/red] ({exc.status or 'no connection'} {exc.code}): {escape(exc.message)}")
             for detail in exc.details[:20]:
-                err_console.print(f"  - {detail.get('loc', '')}: {detail.get('msg', '')}")
+                err_console.print(f"  - {escape(str(detail.get('loc', '')))}: {escape(str(detail.get('msg', '')))}")
             raise typer.Exit(2 if exc.status in (400, 409, 413, 422) else 1) from None
         except HetpoolError as exc:
-            err_console.print(f"[red]error[/red]: {exc.message}")
+            err_console.print(f"[red]error[/red]: {escape(exc.message)}")
             for detail in exc.details[:20]:
-                err_console.print(f"  - {detail.get('loc', '')}: {detail.get('msg', '')}")
+                err_console.print(f"  - {escape(str(detail.get('loc', '')))}: {escape(str(detail.get('msg', '')))}")
             raise typer.Exit(2) from None
 
     return wrapper

@@ -29,7 +29,7 @@ from hetpool.core.specs import parse_documents
 from hetpool.core.units import parse_duration
 from hetpool.sim.capacity import change_inventory, parse_change, plan_capacity
 from hetpool.sim.engine import SimConfig, Simulator
-from hetpool.sim.report import plot, summarize
+from hetpool.sim.report import plot, pyplot, summarize
 from hetpool.sim.trace import parse_trace_line, read_trace
 
 _COUNT = re.compile(r"\d+\s*[x*×]?", re.IGNORECASE)
@@ -236,6 +236,8 @@ def register(app: typer.Typer) -> None:
         output: OutputFormat = cli.OutOpt,
     ) -> None:
         """Replay a trace on an inventory offline and summarise waits, JCT, utilisation and cost."""
+        if out is not None:
+            pyplot()  # matplotlib is an extra: say so before simulating, not after
         inv = offline_inventory(inventory)
         tasks = read_trace(trace)
         sim = Simulator(inv.clusters, inv.nodes, inv.pools, inv.models, CompatibilityKB.builtin().check, inv.config)
@@ -272,6 +274,7 @@ def register(app: typer.Typer) -> None:
         quotas = parse_quotas(quota)
         if (history is None) == (trace is None):
             raise SpecError("give exactly one of --history (e.g. 30d) and --trace FILE")
+        pyplot()  # the report's plots need matplotlib (an extra): say so before simulating
         lines = None
         if history is not None or inventory is None:
             with cli._client(url, token) as client:

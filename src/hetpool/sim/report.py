@@ -2,7 +2,8 @@
 
 JCT is completion − arrival, wait is start − arrival, makespan is the last completion
 counted from t = 0 (as Gavel reports it). Utilisation per pool is time-weighted over the
-samples: busy devices / devices.
+samples: busy devices / devices. The pictures need matplotlib, an optional extra
+(`pip install 'hetpool[plot]'`): the server and the numbers never do.
 """
 
 from __future__ import annotations
@@ -12,7 +13,29 @@ from pathlib import Path
 
 import numpy as np
 
+from hetpool.core.errors import HetpoolError
 from hetpool.sim.engine import SimResult, TaskOutcome
+
+PLOT_INSTALL_HINT = "pip install 'hetpool[plot]'"
+
+
+class PlottingUnavailableError(HetpoolError):
+    """Plots were asked for, but matplotlib (the `plot` extra) is not installed."""
+
+    code = "plotting_unavailable"
+
+
+def pyplot():
+    """matplotlib.pyplot drawing to files, or PlottingUnavailableError naming the extra.
+    Callers that will plot call it before a long simulation, so a missing extra fails fast."""
+    try:  # optional third-party package: the `plot` extra
+        import matplotlib
+    except ImportError:
+        raise PlottingUnavailableError(f"plots need matplotlib, which is not installed: {PLOT_INSTALL_HINT}") from None
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def _stats(values: list[float], scale: float = 1.0) -> dict:
@@ -85,11 +108,7 @@ def summarize(result: SimResult) -> dict:
 
 def plot(result: SimResult, out_dir: Path, title: str = "") -> list[Path]:
     """utilisation.png (per pool over time) and queue.png (queued and running tasks)."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only, no display
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     out_dir.mkdir(parents=True, exist_ok=True)
     t = np.array([s.t / 3600 for s in result.samples])
     paths = []
