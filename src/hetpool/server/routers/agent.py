@@ -3,47 +3,19 @@ token reports only for its own nodes (services/agent_nodes.py); refusals are aud
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, Depends
-from pydantic import BaseModel, ConfigDict, Field
 
 from hetpool.core.errors import PermissionDeniedError
-from hetpool.core.limits import MAX_DEVICE_MEMORY_GB, MAX_DEVICES_PER_NODE
 from hetpool.server.deps import FailureLimiter, get_ctx, get_principal
+from hetpool.server.schemas.agent import HeartbeatRequest, HeartbeatResponse, NodeStatus, RegisterRequest, RegisterResponse
+from hetpool.server.schemas.common import ERROR_RESPONSES
 from hetpool.server.services import access, audit
 from hetpool.server.services import nodes as node_service
 from hetpool.server.services.agent_nodes import NodeNotOwnedError, PoolNotOpenError
 from hetpool.server.services.auth import Principal
 from hetpool.server.services.context import ServiceContext
 
-router = APIRouter(prefix="/api/v1", tags=["agent"])
-
-
-class RegisterRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    node: dict[str, Any] = Field(description="a Node spec (kind may be omitted)")
-    pool: str | None = Field(default=None, max_length=200, description="add the node to this existing pool")
-    agent_version: str = Field(default="", max_length=32)
-    models: list[dict[str, Any]] = Field(
-        default=[], max_length=64, description="DeviceModel documents for devices the catalog does not know (names start with unknown-)"
-    )
-
-
-class DeviceReport(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-    index: int = Field(ge=0, lt=MAX_DEVICES_PER_NODE)
-    model: str = Field(default="", max_length=200)
-    health: str = Field(default="ok", max_length=32)
-    utilisation_pct: float | None = Field(default=None, ge=0, le=100)
-    memory_used_mib: int | None = Field(default=None, ge=0, le=MAX_DEVICE_MEMORY_GB * 1024)
-
-
-class HeartbeatRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    node: str = Field(min_length=1, max_length=200)
-    devices: list[DeviceReport] = Field(default=[], max_length=1024)
-    agent_version: str = Field(default="", max_length=32)
+router = APIRouter(prefix="/api/v1", tags=["agent"], responses=ERROR_RESPONSES)
 
 
 # Refusals are audited, at most 20 a minute per agent and node (the rest are counted into
@@ -63,7 +35,12 @@ def _audit_refusal(ctx: ServiceContext, user: Principal, call: str, node: str, e
         audit.record(session, actor=user.name, action="agent.refused", object_kind="Node", object_id=node, after=after, ts=ctx.clock.now())
 
 
-@router.post("/agent/register", summary="Create or update the agent's own node (and join a pool that admits the agent)")
+@router.post(
+    "/agent/register",
+    response_model=RegisterResponse,
+    response_model_exclude_unset=True,  # a result without an id has no id key
+    summary="Create or update the agent's own node (and join a pool that admits the agent)",
+)
 def register(body: RegisterRequest, ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get_principal)) -> dict:
     access.require(user, "node.report")  # the agent role (or platform-admin): an agent token can do nothing else
     try:
@@ -74,7 +51,7 @@ def register(body: RegisterRequest, ctx: ServiceContext = Depends(get_ctx), user
         raise
 
 
-@router.post("/agent/heartbeat", summary="Liveness and per-device health and use of the agent's own node")
+@router.post("/agent/heartbeat", response_model=HeartbeatResponse, summary="Liveness and per-device health and use of the agent's own node")
 def heartbeat(body: HeartbeatRequest, ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get_principal)) -> dict:
     access.require(user, "node.report")
     try:
@@ -86,7 +63,7 @@ def heartbeat(body: HeartbeatRequest, ctx: ServiceContext = Depends(get_ctx), us
         raise
 
 
-@router.get("/nodes/status", summary="Liveness and device health of every node with an agent")
+@router.get("/nodes/status", response_model=list[NodeStatus], summary="Liveness and device health of every node with an agent")
 def status(ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get_principal)) -> list[dict]:
     access.require(user, "inventory.read")
     with ctx.db.transaction() as session:

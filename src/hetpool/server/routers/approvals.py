@@ -5,28 +5,23 @@ from __future__ import annotations
 from typing import Literal
 
 from fastapi import APIRouter, Depends, Query
-from pydantic import BaseModel, ConfigDict, Field
 
 from hetpool.server.deps import get_ctx, get_principal
+from hetpool.server.schemas.approvals import ApprovalResponse, ApproveRequest, RejectRequest
+from hetpool.server.schemas.common import ERROR_RESPONSES
 from hetpool.server.services import approvals as approval_service
 from hetpool.server.services import duties
 from hetpool.server.services.auth import Principal
 from hetpool.server.services.context import ServiceContext
 
-router = APIRouter(prefix="/api/v1", tags=["approvals"])
+router = APIRouter(prefix="/api/v1", tags=["approvals"], responses=ERROR_RESPONSES)
 
 
-class ApproveRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    comment: str = Field(default="", max_length=2000)
-
-
-class RejectRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    comment: str = Field(min_length=1, max_length=2000, description="why: the submitter sees it on the cancelled task")
-
-
-@router.get("/approvals", summary="Approval requests the caller may see (approvers: their subtrees; submitters: their own), newest first")
+@router.get(
+    "/approvals",
+    response_model=list[ApprovalResponse],
+    summary="Approval requests the caller may see (approvers: their subtrees; submitters: their own), newest first",
+)
 def list_approvals(
     state: Literal["pending", "approved", "rejected", "expired", "withdrawn"] | None = Query(default=None),
     tenant: str | None = Query(default=None, max_length=200),
@@ -39,7 +34,7 @@ def list_approvals(
         return [approval_service.approval_dict(r) for r in rows]
 
 
-@router.get("/approvals/{approval_id}", summary="One approval request")
+@router.get("/approvals/{approval_id}", response_model=ApprovalResponse, summary="One approval request")
 def get_approval(approval_id: str, ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get_principal)) -> dict:
     with ctx.db.transaction() as session:
         return approval_service.approval_dict(approval_service.get_row(session, approval_id, user))
@@ -57,6 +52,7 @@ def _decide(ctx: ServiceContext, approval_id: str, user: Principal, *, approve: 
 
 @router.post(
     "/approvals/{approval_id}/approve",
+    response_model=ApprovalResponse,
     summary="Approve: the task enters the queue, or the held change or delete takes effect (403 separation_of_duties: not a second person)",
 )
 def approve(
@@ -65,6 +61,10 @@ def approve(
     return _decide(ctx, approval_id, user, approve=True, comment=body.comment if body else "")
 
 
-@router.post("/approvals/{approval_id}/reject", summary="Reject with a comment: the task is cancelled, the held change or delete dropped")
+@router.post(
+    "/approvals/{approval_id}/reject",
+    response_model=ApprovalResponse,
+    summary="Reject with a comment: the task is cancelled, the held change or delete dropped",
+)
 def reject(approval_id: str, body: RejectRequest, ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get_principal)) -> dict:
     return _decide(ctx, approval_id, user, approve=False, comment=body.comment)

@@ -9,14 +9,17 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.responses import StreamingResponse
 
 from hetpool.server.deps import get_ctx, get_principal, requires
-from hetpool.server.schemas.audit_anchor import AnchoredVerifyResponse, CheckpointResponse
-from hetpool.server.schemas.params import AfterId
+from hetpool.server.routers.params import AfterId
+from hetpool.server.schemas.audit import AnchoredVerifyResponse, AuditEvent, CheckpointResponse
+from hetpool.server.schemas.common import ERROR_RESPONSES
 from hetpool.server.services import audit as audit_service
 from hetpool.server.services import audit_anchor
 from hetpool.server.services.auth import Principal
 from hetpool.server.services.context import ServiceContext
 
-router = APIRouter(prefix="/api/v1/audit", tags=["audit"], dependencies=[Depends(requires("audit.read"))])  # platform-admin, auditor
+router = APIRouter(
+    prefix="/api/v1/audit", tags=["audit"], dependencies=[Depends(requires("audit.read"))], responses=ERROR_RESPONSES
+)  # platform-admin, auditor
 
 
 def event_filter(
@@ -39,7 +42,7 @@ def event_filter(
     )
 
 
-@router.get("", summary="Audit events, oldest first")
+@router.get("", response_model=list[AuditEvent], summary="Audit events, oldest first")
 def list_events(
     after_id: AfterId = 0,
     limit: int = Query(default=500, ge=1, le=5000),

@@ -3,26 +3,19 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends
-from pydantic import BaseModel, ConfigDict
 
 from hetpool.core.errors import NotFoundError
-from hetpool.core.tasks import FrameworkRequest
 from hetpool.server.deps import get_ctx, get_principal, requires
+from hetpool.server.schemas.catalog import CompatQuery, CompatResponse
+from hetpool.server.schemas.common import ERROR_RESPONSES
 from hetpool.server.services.auth import Principal
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.inventory import load_inventory
 
-router = APIRouter(prefix="/api/v1/catalog", tags=["catalog"], dependencies=[Depends(requires("inventory.read"))])
+router = APIRouter(prefix="/api/v1/catalog", tags=["catalog"], dependencies=[Depends(requires("inventory.read"))], responses=ERROR_RESPONSES)
 
 
-class CompatQuery(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    pool: str
-    framework: FrameworkRequest
-    has_image: bool = False
-
-
-@router.post("/compat-check", summary="Can this pool run framework F at version spec V?")
+@router.post("/compat-check", response_model=CompatResponse, summary="Can this pool run framework F at version spec V?")
 def compat_check(query: CompatQuery, ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get_principal)) -> dict:
     with ctx.db.transaction() as session:
         inv = load_inventory(ctx, session)

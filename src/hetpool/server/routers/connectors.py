@@ -8,11 +8,13 @@ from sqlalchemy import select
 from hetpool.core.errors import NotFoundError
 from hetpool.server.db.models import ConnectorSyncRow
 from hetpool.server.deps import get_ctx, get_principal
+from hetpool.server.schemas.common import ENGINE_ERROR_RESPONSES, ERROR_RESPONSES
+from hetpool.server.schemas.connectors import ConnectorSync, SyncResult
 from hetpool.server.services import access, connector_sync
 from hetpool.server.services.auth import Principal
 from hetpool.server.services.context import ServiceContext
 
-router = APIRouter(prefix="/api/v1", tags=["connectors"])
+router = APIRouter(prefix="/api/v1", tags=["connectors"], responses=ERROR_RESPONSES)
 
 
 def _view(row: ConnectorSyncRow) -> dict:
@@ -27,13 +29,18 @@ def _view(row: ConnectorSyncRow) -> dict:
     }
 
 
-@router.post("/clusters/{name}/sync", summary="Read the cluster's engine now and reconcile its nodes (502 if unreachable)")
+@router.post(
+    "/clusters/{name}/sync",
+    response_model=SyncResult,
+    responses=ENGINE_ERROR_RESPONSES,
+    summary="Read the cluster's engine now and reconcile its nodes (502 if unreachable)",
+)
 def sync_now(name: str, ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get_principal)) -> dict:
     access.require(user, "inventory.write")
     return connector_sync.sync_cluster(ctx, name)
 
 
-@router.get("/clusters/{name}/sync", summary="The cluster's last sync: when, whether it worked, what changed")
+@router.get("/clusters/{name}/sync", response_model=ConnectorSync, summary="The cluster's last sync: when, whether it worked, what changed")
 def last_sync(name: str, ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get_principal)) -> dict:
     access.require(user, "inventory.read")
     with ctx.db.transaction() as session:
@@ -43,7 +50,7 @@ def last_sync(name: str, ctx: ServiceContext = Depends(get_ctx), user: Principal
         return _view(row)
 
 
-@router.get("/connectors", summary="Last sync of every connector cluster")
+@router.get("/connectors", response_model=list[ConnectorSync], summary="Last sync of every connector cluster")
 def list_syncs(ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get_principal)) -> list[dict]:
     access.require(user, "inventory.read")
     with ctx.db.transaction() as session:

@@ -9,15 +9,18 @@ from typing import Literal
 from fastapi import APIRouter, Depends, Query
 
 from hetpool.server.deps import get_ctx, get_principal
+from hetpool.server.schemas.approvals import ApprovalInbox
+from hetpool.server.schemas.common import ERROR_RESPONSES
 from hetpool.server.services import governance_view as view_service
 from hetpool.server.services.auth import Principal
 from hetpool.server.services.context import ServiceContext
 
-router = APIRouter(prefix="/api/v1/governance", tags=["approvals"])
+router = APIRouter(prefix="/api/v1/governance", tags=["approvals"], responses=ERROR_RESPONSES)
 
 
 @router.get(
     "/approval-inbox",
+    response_model=ApprovalInbox,
     summary="Approval requests the caller may see (as GET /approvals), with age, may_decide, the requested resources and an estimated cost",
 )
 def approval_inbox(

@@ -10,15 +10,17 @@ from hetpool.core.specs import parse_documents, resolve_kind
 from hetpool.governance.access import write_action
 from hetpool.server.deps import get_ctx, get_principal
 from hetpool.server.routers.tasks import doc_tenant
-from hetpool.server.schemas.bodies import ApplyRequest, ApplyResponse
+from hetpool.server.schemas.common import ERROR_RESPONSES, Document
+from hetpool.server.schemas.inventory import ApplyRequest, ApplyResponse, HeldChange, PoolProfile
 from hetpool.server.services import access
 from hetpool.server.services import approvals as approval_service
 from hetpool.server.services import inventory as inventory_service
 from hetpool.server.services import tasks as task_service
 from hetpool.server.services.auth import Principal
 from hetpool.server.services.context import ServiceContext
+from hetpool.server.services.profiles import pool_profile as build_profile
 
-router = APIRouter(prefix="/api/v1", tags=["inventory"])
+router = APIRouter(prefix="/api/v1", tags=["inventory"], responses=ERROR_RESPONSES)
 
 
 def require_write(user: Principal, inv: inventory_service.Inventory | None, kind: str, name: str, tenant: str | None = None) -> None:
@@ -69,7 +71,9 @@ def apply(body: ApplyRequest, ctx: ServiceContext = Depends(get_ctx), user: Prin
     return {"results": results}
 
 
-@router.get("/objects/{kind}", summary="List objects of a kind (clusters, nodes, pools, tenants, templates, devicemodels)")
+@router.get(
+    "/objects/{kind}", response_model=list[Document], summary="List objects of a kind (clusters, nodes, pools, tenants, templates, devicemodels)"
+)
 def list_objects(kind: str, ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get_principal)) -> list[dict]:
     access.require(user, "inventory.read")
     resolved = resolve_kind(kind)
@@ -77,7 +81,7 @@ def list_objects(kind: str, ctx: ServiceContext = Depends(get_ctx), user: Princi
         return [doc for doc in inventory_service.list_objects(ctx, session, kind) if access.sees_object(user, resolved, doc)]
 
 
-@router.get("/objects/{kind}/{name:path}", summary="One object")
+@router.get("/objects/{kind}/{name:path}", response_model=Document, summary="One object")
 def get_object(kind: str, name: str, ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get_principal)) -> dict:
     access.require(user, "inventory.read")
     resolved = resolve_kind(kind)
@@ -92,7 +96,7 @@ def get_object(kind: str, name: str, ctx: ServiceContext = Depends(get_ctx), use
     "/objects/{kind}/{name:path}",
     status_code=204,
     summary="Delete an object that nothing uses; 202 with the request when an approval policy holds the delete",
-    responses={202: {"description": "held for approval: {kind, name, action, operation, id}"}},
+    responses={202: {"model": HeldChange, "description": "held for approval: the approval request to follow"}},
 )
 def delete_object(kind: str, name: str, ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get_principal)) -> Response:
     resolved = resolve_kind(kind)
@@ -105,10 +109,12 @@ def delete_object(kind: str, name: str, ctx: ServiceContext = Depends(get_ctx), 
     return Response(status_code=204) if held is None else JSONResponse(held, status_code=202)
 
 
-@router.get("/pools/{name}/profile", summary="A pool's capability profile: features, device counts by status, task types, frameworks, substitutes")
+@router.get(
+    "/pools/{name}/profile",
+    response_model=PoolProfile,
+    summary="A pool's capability profile: features, device counts by status, task types, frameworks, substitutes",
+)
 def pool_profile(name: str, ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get_principal)) -> dict:
-    from hetpool.server.services.profiles import pool_profile as build_profile
-
     access.require(user, "inventory.read")
     with ctx.db.transaction() as session:
         return build_profile(ctx, session, name)

@@ -8,17 +8,19 @@ from fastapi import APIRouter, Depends, Query
 
 from hetpool.core.inventory import DeviceClass
 from hetpool.server.deps import get_ctx, get_principal
+from hetpool.server.schemas.common import ERROR_RESPONSES
+from hetpool.server.schemas.resources import ResourceTree
 from hetpool.server.services import access
 from hetpool.server.services.auth import Principal
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.resources_view import TreeFilters, resource_tree
 
-router = APIRouter(prefix="/api/v1/resources", tags=["resources"])
+router = APIRouter(prefix="/api/v1/resources", tags=["resources"], responses=ERROR_RESPONSES)
 
 StatusFilter = Literal["idle", "busy", "abnormal", "offline", "ready", "draining", "drained", "down", "unknown"]
 
 
-@router.get("/tree", summary="Clusters → nodes → devices with capability profiles and status; filterable")
+@router.get("/tree", response_model=ResourceTree, summary="Clusters → nodes → devices with capability profiles and status; filterable")
 def tree(
     device_class: DeviceClass | None = Query(default=None, alias="class", description="gpu, npu, dpu or cpu"),
     model: str | None = Query(default=None, max_length=200, description="a catalog device model"),

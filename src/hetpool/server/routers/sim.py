@@ -7,16 +7,18 @@ from datetime import timedelta
 from fastapi import APIRouter, Depends, Query
 
 from hetpool.server.deps import get_ctx, get_principal
+from hetpool.server.schemas.common import ERROR_RESPONSES
+from hetpool.server.schemas.sim import HistoryTrace
 from hetpool.server.services import access
 from hetpool.server.services.auth import Principal
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.history import export_history
 from hetpool.server.services.inventory import load_inventory
 
-router = APIRouter(prefix="/api/v1/sim", tags=["simulation"])
+router = APIRouter(prefix="/api/v1/sim", tags=["simulation"], responses=ERROR_RESPONSES)
 
 
-@router.get("/history", summary="Finished tasks of the last `days` days as a trace (hetpool plan-capacity --history)")
+@router.get("/history", response_model=HistoryTrace, summary="Finished tasks of the last `days` days as a trace (hetpool plan-capacity --history)")
 def history(
     days: float = Query(default=30, gt=0, le=3650, description="how far back, in days"),
     ctx: ServiceContext = Depends(get_ctx),

@@ -8,15 +8,21 @@ from typing import Literal
 from fastapi import APIRouter, Depends, Query
 
 from hetpool.server.deps import get_ctx, get_principal
+from hetpool.server.schemas.common import ERROR_RESPONSES
+from hetpool.server.schemas.stats import CapacityStats, WorkloadStats
 from hetpool.server.services import access
 from hetpool.server.services import stats as stats_service
 from hetpool.server.services.auth import Principal
 from hetpool.server.services.context import ServiceContext
 
-router = APIRouter(prefix="/api/v1/stats", tags=["stats"])
+router = APIRouter(prefix="/api/v1/stats", tags=["stats"], responses=ERROR_RESPONSES)
 
 
-@router.get("/capacity", summary="Devices per pool and device class (total, busy, idle, abnormal, offline), nodes needing attention, backend health")
+@router.get(
+    "/capacity",
+    response_model=CapacityStats,
+    summary="Devices per pool and device class (total, busy, idle, abnormal, offline), nodes needing attention, backend health",
+)
 def capacity(ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get_principal)) -> dict:
     # Like the inventory and /nodes/status: the same for every user who may read the inventory.
     access.require(user, "inventory.read")
@@ -24,7 +30,9 @@ def capacity(ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(g
         return stats_service.capacity(ctx, session)
 
 
-@router.get("/workload", summary="Queue lengths, p50/p90 waits, utilisation and task counts of the tasks the caller may read")
+@router.get(
+    "/workload", response_model=WorkloadStats, summary="Queue lengths, p50/p90 waits, utilisation and task counts of the tasks the caller may read"
+)
 def workload(
     window: Literal["24h", "7d"] = Query(default="24h", description="the window for waits of admitted tasks (utilisation has both)"),
     ctx: ServiceContext = Depends(get_ctx),

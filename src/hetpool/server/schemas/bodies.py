@@ -1,4 +1,4 @@
-"""API bodies. Specs themselves are validated by the domain models (core/)."""
+"""Kept until routers/tasks.py reads routers/params.py and schemas/tasks.py (being committed); then removed."""
 
 from __future__ import annotations
 

@@ -1,13 +1,36 @@
-"""API bodies of audit checkpoints and of verification against them (services/audit_anchor.py)."""
+"""Bodies of the audit trail: events, verification of the chain and its checkpoints
+(services/audit.py, services/audit_anchor.py)."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from typing import Any
 
-from hetpool.server.schemas.bodies import AuditVerifyResponse
+from pydantic import Field
+
+from hetpool.server.schemas.common import ApiModel
 
 
-class CheckpointInfo(BaseModel):
+class AuditEvent(ApiModel):
+    id: int
+    ts: str = Field(description="UTC, ending in Z")
+    actor: str
+    action: str
+    object_kind: str
+    object_id: str
+    before: Any = Field(description="the object's state before (JSON), or null")
+    after: Any = Field(description="the object's state after (JSON), or null")
+    prev_hash: str
+    hash: str
+
+
+class AuditVerifyResponse(ApiModel):
+    ok: bool
+    events: int
+    first_bad_event: int | None = None
+    problem: str | None = None
+
+
+class CheckpointInfo(ApiModel):
     seq: int = Field(description="number in the checkpoint file, from 1")
     ts: str = Field(description="when it was taken (UTC)")
     event_id: int = Field(description="the chain head it anchors")

@@ -1,0 +1,83 @@
+"""Bodies of tasks: the task as the API shows it, a plan, a log chunk."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from hetpool.server.schemas.approvals import ApprovalPlan, TaskApproval
+from hetpool.server.schemas.audit import AuditEvent
+from hetpool.server.schemas.common import ApiModel, Document, Number
+
+
+class PlacementView(ApiModel):
+    rank: int
+    node: str
+    pool: str
+    model: str
+    devices: list[int] = Field(description="device indices on the node")
+    device_fraction: Number = Field(description="share of each device (1 unless the pool is shareable)")
+
+
+class TaskResponse(ApiModel):
+    """A task as the API shows it. `pending` (queued: why it waits), `approval` (awaiting
+    approval: the open request) appear only when they apply; the detail view (GET
+    /tasks/{id}) adds spec, placement_attempts, pending and events."""
+
+    id: str
+    name: str
+    tenant: str
+    env: str
+    type: str
+    template: str | None
+    priority: str
+    state: str
+    attempt: int
+    cluster: str | None
+    backend: str | None
+    job_id: str | None
+    exit_code: int | None
+    message: str | None
+    fallback_used: bool | None
+    created_by: str
+    created_at: str | None
+    admitted_at: str | None
+    started_at: str | None
+    finished_at: str | None
+    placements: list[PlacementView]
+    pending: dict[str, Any] | None = Field(default=None, description="why a queued task waits (reason code and facts)")
+    approval: TaskApproval | None = Field(default=None, description="the open approval request of a task pending approval")
+    spec: Document | None = Field(default=None, description="detail view: the task as submitted")
+    placement_attempts: list[dict[str, Any]] | None = Field(default=None, description="detail view: every placement tried and why")
+    events: list[AuditEvent] | None = Field(default=None, description="detail view: the task's audit events, oldest first")
+
+
+class PlanResponse(ApiModel):
+    """Where the task would run now. The estimates appear when it fits an idle estate."""
+
+    feasible: bool = Field(description="it could be placed now")
+    fits_when_idle: bool
+    placements: list[dict[str, Any]]
+    fallback_used: bool | None
+    chosen: str | None = Field(description="the device model chosen")
+    reasons: dict[str, int] = Field(description="why nodes were rejected, with counts (when not feasible)")
+    explanation: dict[str, Any]
+    estimated_runtime_s: Number | None = None
+    estimated_runtime: str | None = None
+    cost_per_hour: Number | None = None
+    estimated_cost: Number | None = None
+    estimated_wait_s: Number | None = None
+    backend: dict[str, Any] | None = None
+    queue_position: int | None = None
+    estimated_start: str | None = None
+    estimated_pool: str | None = None
+    approval: ApprovalPlan
+    task: Document = Field(description="the task as it would be submitted")
+
+
+class LogsResponse(ApiModel):
+    text: str
+    offset: int = Field(description="where to read on from")
+    complete: bool = Field(description="the task has ended and everything was read")
+    state: str
