@@ -1,1 +1,1 @@
-"""The operations dashboard (a placeholder home page for now), in English and 简体中文."""
+"""The operations dashboard (docs/dashboard.md): server-rendered pages in English and 简体中文."""
