@@ -57,7 +57,12 @@ def list_events(
 _MEDIA = {"jsonl": "application/x-ndjson", "csv": "text/csv; charset=utf-8"}
 
 
-@router.get("/export", summary="Every matching event as JSON lines or CSV (streamed)")
+@router.get(
+    "/export",
+    response_class=StreamingResponse,
+    responses={200: {"description": "JSON lines or CSV", "content": {m.split(";")[0]: {"schema": {"type": "string"}} for m in _MEDIA.values()}}},
+    summary="Every matching event as JSON lines or CSV (streamed)",
+)
 def export(
     format: Literal["jsonl", "csv"] = Query(default="jsonl"),
     flt: audit_service.EventFilter = Depends(event_filter),
