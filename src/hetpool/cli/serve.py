@@ -10,6 +10,7 @@ from rich.console import Console
 
 from hetpool.cli.files import read_documents
 from hetpool.core.specs import parse_documents
+from hetpool.server import tracing
 from hetpool.server.app import create_app, make_context
 from hetpool.server.config_file import ConfigError, load_settings
 from hetpool.server.logging_setup import configure_logging
@@ -85,6 +86,10 @@ def serve(
     except ConfigError as exc:
         raise SystemExit(f"error: {exc}") from None
     configure_logging(settings.log_format, settings.log_level)
+    try:
+        tracing.configure(settings.tracing)  # off by default; spans per task (docs/operations-tracing.md)
+    except tracing.TracingUnavailableError as exc:
+        raise SystemExit(f"error: {exc}") from None
     host, port = settings.host, settings.port
     try:
         ctx = make_context(settings)

@@ -1,7 +1,8 @@
-"""Server logs: text or JSON lines, with the HTTP request id on every record.
+"""Server logs: text or JSON lines, with the HTTP request id and the task id on every record.
 
 A log collector (journald, Loki, Elasticsearch) needs one object per line with stable
-keys: ts, level, logger, message, request_id (when logged while serving a request) and,
+keys: ts, level, logger, message, request_id (when logged while serving a request),
+task_id (when logged while a worker handles one task: `task_context`, or `extra=`) and,
 for an exception, exc_type and exc. The request id comes from the caller's X-Request-ID
 (so a proxy's id follows the request through) or is made here, and is echoed back.
 Headers, query strings and bodies are never logged: they may carry tokens.
@@ -15,23 +16,41 @@ import re
 import sys
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime
 
 request_id_var: ContextVar[str | None] = ContextVar("hetpool_request_id", default=None)
+# Set by the workers around the work on one task (server/tracing.py's task_span sets it too).
+task_id_var: ContextVar[str | None] = ContextVar("hetpool_task_id", default=None)
 access_log = logging.getLogger("hetpool.access")
 REQUEST_ID_HEADER = "x-request-id"
 # An incoming id is reused only if it is short and plain: it ends up in every log line.
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _HANDLER_MARK = "_hetpool_handler"
 # Attributes every LogRecord has; anything else was passed with extra= and is kept.
-_STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime", "request_id"}
+_STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime", "request_id", "task_id"}
+
+
+@contextmanager
+def task_context(task_id: str) -> Iterator[None]:
+    """Every record logged inside carries `task_id` (a contextvar: per thread, per asyncio task)."""
+    token = task_id_var.set(task_id)
+    try:
+        yield
+    finally:
+        task_id_var.reset(token)
 
 
 class RequestIdFilter(logging.Filter):
+    """Adds the request id and the task id in scope, unless the call passed its own with extra=."""
+
     def filter(self, record: logging.LogRecord) -> bool:
         if not hasattr(record, "request_id"):
             record.request_id = request_id_var.get()
+        if not hasattr(record, "task_id"):
+            record.task_id = task_id_var.get()
         return True
 
 
@@ -46,6 +65,9 @@ class JsonFormatter(logging.Formatter):
         request_id = getattr(record, "request_id", None)
         if request_id:
             entry["request_id"] = request_id
+        task_id = getattr(record, "task_id", None)
+        if task_id:
+            entry["task_id"] = task_id
         for key, value in record.__dict__.items():
             if key not in _STANDARD and not key.startswith("_"):
                 entry[key] = value

@@ -30,6 +30,9 @@ class Settings(BaseSettings):
     rate_limit_burst: int = Field(default=1000, ge=1, description="requests a token may send at once before the rate applies")
     log_format: Literal["text", "json"] = Field(default="text", description="json: one object per line (server/logging_setup.py)")
     log_level: Literal["debug", "info", "warning", "error"] = Field(default="info", description="level of the server's own logs")
+    tracing: Literal["off", "console", "otlp"] = Field(
+        default="off", description="OpenTelemetry spans per task (server/tracing.py; needs hetpool[tracing]); otlp reads OTEL_EXPORTER_OTLP_*"
+    )
     connector_sync_interval_s: float = Field(default=30.0, gt=0, description="how often Slurm / Kubernetes / Ray clusters are re-read")
     run_connector_sync: bool = Field(default=True, description="run the periodic connector sync thread")
     heartbeat_timeout_s: float = Field(default=30.0, gt=0, description="a node whose agent is silent this long is offline")
