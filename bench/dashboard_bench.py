@@ -21,7 +21,7 @@ from pathlib import Path
 
 from fastapi.testclient import TestClient
 
-from hetpool.backends.local import LocalBackend
+from hetpool.engines.local import LocalBackend
 from hetpool.cli.files import read_documents
 from hetpool.core.clock import FixedClock
 from hetpool.server.app import create_app

@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from hetpool.connectors.base import InventoryConnector, InventoryObservation, NodeState, ObservedNode
+from hetpool.engines.base import InventoryConnector, InventoryObservation, NodeState, ObservedNode
 from hetpool.core.clock import FixedClock
 from hetpool.server.db.session import Database
 from hetpool.server.services.connector_sync import sync_cluster

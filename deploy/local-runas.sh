@@ -98,7 +98,7 @@ sudo_setup() {
   {
     echo "# written by hetpool deploy/local-runas.sh: $server starts hetpool tasks as ${users//,/, }"
     echo "Defaults:$server !requiretty, !use_pty"
-    echo "$server ALL=(${users//,/, }) NOPASSWD: $PYTHON -I -m hetpool.backends.local.launch *"
+    echo "$server ALL=(${users//,/, }) NOPASSWD: $PYTHON -I -m hetpool.engines.local.launch *"
   } >"$tmp"
   if visudo -cqf "$tmp"; then
     if ! cmp -s "$tmp" "$file" 2>/dev/null; then

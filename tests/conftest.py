@@ -12,8 +12,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 
-from hetpool.backends.local import LocalBackend
 from hetpool.core.clock import FixedClock
+from hetpool.engines.local import LocalBackend
 from hetpool.server.app import create_app
 from hetpool.server.db.session import Database
 from hetpool.server.services import auth
@@ -34,14 +34,14 @@ DATABASES = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 # Tests that drive the one Slurm cluster and Ray head `make test` starts (draining nodes,
 # adding raylets): pytest-xdist runs them all on one worker, one after another.
 SHARED_ENGINE_MODULES = {
-    "test_ray_backend.py",
-    "test_slurm_backend.py",
+    "test_ray_compute.py",
+    "test_slurm_compute.py",
     "test_slurm_runas.py",
     "test_ray_runas.py",
     "test_demo_full.py",
     "test_slurm_e2e.py",
-    "test_ray.py",
-    "test_slurm.py",
+    "test_ray_inventory.py",
+    "test_slurm_inventory.py",
     "test_ray_sync.py",
 }
 

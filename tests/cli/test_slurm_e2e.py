@@ -15,7 +15,7 @@ import pytest
 
 from tests.cli.test_cli_e2e import Server
 from tests.conftest import database_url
-from tests.connectors.test_slurm import SLURM_CONF, _wait, _wait_node_free, dynamic_node, slurm  # noqa: F401 (fixtures)
+from tests.engines.test_slurm_inventory import SLURM_CONF, _wait, _wait_node_free, dynamic_node, slurm  # noqa: F401 (fixtures)
 
 SYNC_INTERVAL_S = 1.0
 H100_TASK = """

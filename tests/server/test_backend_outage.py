@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
-from hetpool.backends.base import JobHandle
+from hetpool.engines.base import JobHandle
 from hetpool.server.services.context import ServiceContext
 from tests.server.helpers import drive_until, example_task, task_state
 

@@ -13,7 +13,7 @@ from collections import Counter
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from hetpool.backends.local import LocalBackend
+from hetpool.engines.local import LocalBackend
 from hetpool.core.clock import FixedClock
 from hetpool.core.states import TaskState
 from hetpool.server.app import create_app

@@ -2,7 +2,7 @@
 
 The engine here is a scripted `InventoryConnector` (a test double of the connector
 interface, not of any engine): the real Slurm, Ray and Kubernetes connectors are tested
-against their engines in tests/connectors and end to end in test_connector_e2e.py.
+against their engines in tests/engines and end to end in test_connector_e2e.py.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from hetpool.connectors.base import ConnectorError, InventoryConnector, InventoryObservation, NodeState, ObservedNode
+from hetpool.engines.base import ConnectorError, InventoryConnector, InventoryObservation, NodeState, ObservedNode
 from hetpool.server.services.connector_sync import sync_cluster, sync_due
 from hetpool.server.services.context import ServiceContext
 

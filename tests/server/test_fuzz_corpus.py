@@ -29,7 +29,7 @@ from urllib.parse import quote
 import pytest
 from fastapi.testclient import TestClient
 
-from hetpool.backends.local import LocalBackend
+from hetpool.engines.local import LocalBackend
 from hetpool.core.clock import FixedClock
 from hetpool.server.app import create_app
 from hetpool.server.db.session import Database

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
-from hetpool.backends.local import LocalBackend
+from hetpool.engines.local import LocalBackend
 from hetpool.server.app import create_app
 from hetpool.server.db.session import Database
 from hetpool.server.services import auth_cache

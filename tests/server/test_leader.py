@@ -14,7 +14,7 @@ import pytest
 from alembic.script import ScriptDirectory
 from fastapi.testclient import TestClient
 
-from hetpool.backends.local import LocalBackend
+from hetpool.engines.local import LocalBackend
 from hetpool.server.app import create_app
 from hetpool.server.db.session import Database, alembic_config
 from hetpool.server.leader import WORKERS, LeaderElector, LeadershipLost, fenced, leases

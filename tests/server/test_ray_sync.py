@@ -9,8 +9,8 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-from hetpool.connectors.ray import RayConnector
-from tests.connectors.test_ray import RAY_ADDRESS, _ray_sh, added_node, ray_connector  # noqa: F401 (fixtures)
+from hetpool.engines.ray.inventory import RayConnector
+from tests.engines.test_ray_inventory import RAY_ADDRESS, _ray_sh, added_node, ray_connector  # noqa: F401 (fixtures)
 
 
 def _sync_until(api: TestClient, ok, timeout_s: float) -> dict:

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from alembic import command
 from fastapi.testclient import TestClient
 
-from hetpool.connectors.base import ObservedNode
+from hetpool.engines.base import ObservedNode
 from hetpool.server.db.session import alembic_config, make_engine
 from hetpool.server.services.connector_sync import sync_cluster
 from hetpool.server.services.context import ServiceContext

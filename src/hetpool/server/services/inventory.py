@@ -14,7 +14,7 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from hetpool.backends.registry import config_problems
+from hetpool.engines.registry import config_problems
 from hetpool.catalog.devices import DeviceCatalog
 from hetpool.core.errors import ConflictError, NotFoundError, SpecError
 from hetpool.core.inventory import ClusterSpec, DeviceClass, DeviceModelSpec, NodeSpec, PoolSpec

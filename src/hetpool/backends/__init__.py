@@ -1,1 +1,0 @@
-"""Execution backends: where admitted work actually runs (local hosts, Slurm, Kubernetes, Ray)."""

@@ -1,5 +1,0 @@
-"""The local backend: runs placed work as processes on this machine (see `backend.py`)."""
-
-from hetpool.backends.local.backend import LocalBackend
-
-__all__ = ["LocalBackend"]
