@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 # Two pytest workers: tests that share the Slurm cluster and Ray head run on one of them (tests/conftest.py).
 TEST_WORKERS ?= 2
 
-.PHONY: demo demo-full test venv lint bench clean-demo
+.PHONY: demo demo-full test venv lint bench clean-demo i18n
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,15 @@ test: $(STAMP)
 	  HETPOOL_TEST_CHROMIUM=$$browser HETPOOL_TEST_POSTGRES_URL=$$url HETPOOL_TEST_SLURM_CONF=$$slurm_conf HETPOOL_TEST_RAY_ADDRESS=$$ray_url \
 	  $(BIN)/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup; rc=$$?; \
 	  deploy/ray.sh stop; deploy/slurm.sh stop; deploy/postgres.sh stop; exit $$rc
+
+## Dashboard translations: extract the texts of templates and Python code (src/hetpool/web/babel.cfg), merge them
+## into the zh-CN catalog (new texts arrive untranslated, removed ones are dropped), compile it. docs/dashboard.md.
+i18n: $(STAMP)
+	@pot=$$(mktemp --suffix=.pot) && trap 'rm -f $$pot' EXIT && cd src/hetpool/web && \
+	  $(abspath $(BIN))/pybabel -q extract -F babel.cfg -k C_:1c,2 --add-location=file --sort-by-file --no-wrap --project=hetpool \
+	    --copyright-holder="the hetpool authors" -o $$pot . && \
+	  $(abspath $(BIN))/pybabel -q update -i $$pot -d locale -D messages --ignore-obsolete --no-fuzzy-matching --no-wrap && \
+	  $(abspath $(BIN))/pybabel compile -d locale -D messages --statistics
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests

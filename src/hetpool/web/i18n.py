@@ -1,33 +1,97 @@
-"""Translations for the dashboard. Every label has an English and a Simplified Chinese text.
+"""Translations for the dashboard and the API's reason texts: gettext message catalogs.
 
-Each area of the dashboard keeps its labels in its own module under `web/messages/`
-(a `MESSAGES` dict); they are merged here, and a duplicate key is an error at import."""
+English is the source language: a message id is the English text itself, so English needs no
+catalog. Simplified Chinese lives in `web/locale/zh_CN/LC_MESSAGES/messages.po`, compiled to
+`messages.mo` (both committed, so a fresh clone renders without a build step); `make i18n`
+extracts the texts from the templates and the Python code (babel.cfg), updates the catalog
+and compiles it. docs/dashboard.md says how to add a text.
+
+Every text is %-formatted with its named values, in templates (`jinja2.ext.i18n` with
+`newstyle=True`) and in Python (`Translator`) alike, so a literal per cent sign is written
+`%%` in every message id."""
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
+import gettext as _gettext
+from functools import cache
+from pathlib import Path
+from typing import Any, NamedTuple
 
-from hetpool.web import messages as _messages_pkg
+from babel.support import Translations
 
 LANGUAGES = ("en", "zh-CN")
+LOCALE_DIR = Path(__file__).parent / "locale"
+DOMAIN = "messages"
+# The dashboard's language codes (BCP 47, as in Accept-Language) → gettext's locale names.
+GETTEXT_LOCALES = {"zh-CN": "zh_CN"}
 
 
-def _load() -> dict[str, dict[str, str]]:
-    merged: dict[str, dict[str, str]] = {}
-    for info in sorted(pkgutil.iter_modules(_messages_pkg.__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"{_messages_pkg.__name__}.{info.name}")
-        for key, texts in module.MESSAGES.items():
-            if key in merged:
-                raise RuntimeError(f"dashboard label {key!r} is defined twice (web/messages/{info.name}.py)")
-            missing = [lang for lang in LANGUAGES if not texts.get(lang)]
-            if missing:
-                raise RuntimeError(f"dashboard label {key!r} has no text for {missing} (web/messages/{info.name}.py)")
-            merged[key] = texts
-    return merged
+class Message(NamedTuple):
+    """An English text with a context: the same English words that read differently in
+    Chinese depending on where they stand (pgettext's msgctxt)."""
+
+    context: str
+    text: str
 
 
-MESSAGES: dict[str, dict[str, str]] = _load()
+def N_(text: str) -> str:
+    """Marks `text` for extraction without translating it (it is translated where shown)."""
+    return text
+
+
+def C_(context: str, text: str) -> Message:
+    """N_ with a message context."""
+    return Message(context, text)
+
+
+@cache
+def translations(lang: str) -> _gettext.NullTranslations:
+    """The compiled catalog of a language, loaded once. English is the message ids themselves."""
+    if lang not in GETTEXT_LOCALES:
+        return _gettext.NullTranslations()
+    mo = LOCALE_DIR / GETTEXT_LOCALES[lang] / "LC_MESSAGES" / f"{DOMAIN}.mo"
+    if not mo.is_file():  # a missing catalog would silently show English: refuse to start instead
+        raise RuntimeError(f"no compiled catalog for {lang} at {mo}: run `make i18n`")
+    with mo.open("rb") as fp:
+        return Translations(fp, domain=DOMAIN)
+
+
+class Translator:
+    """Translating in Python code (chart series names, form errors, durations) the way the
+    templates do: gettext, then %-formatting with the named values."""
+
+    def __init__(self, lang: str) -> None:
+        self.lang = lang
+        self.catalog = translations(lang)
+
+    def gettext(self, text: str, /, **values: Any) -> str:
+        return self.catalog.gettext(text) % values
+
+    def pgettext(self, context: str, text: str, /, **values: Any) -> str:
+        return self.catalog.pgettext(context, text) % values
+
+    def ngettext(self, singular: str, plural: str, num: int, /, **values: Any) -> str:
+        return self.catalog.ngettext(singular, plural, num) % {"num": num, **values}
+
+    def reason(self, text: str) -> str:
+        """A text the API wrote (its reason codes are their English words, web/reasons.py):
+        translated when the catalog knows it, else as written. Never %-formatted."""
+        return self.catalog.gettext(text) if text else text  # gettext("") is the header
+
+    def reasons(self, counts: dict[str, int] | None) -> str:
+        """{'not enough free devices': 2} → '2 not enough free devices' (2 空闲设备不足), most first."""
+        return ", ".join(f"{count} {self.reason(reason)}" for reason, count in sorted((counts or {}).items(), key=lambda kv: -kv[1]))
+
+    def text(self, message: str | Message, /, **values: Any) -> str:
+        """A text marked with N_ or C_ elsewhere (label tables, view models)."""
+        if isinstance(message, Message):
+            return self.pgettext(message.context, message.text, **values)
+        return self.gettext(message, **values)
+
+
+@cache
+def translator(lang: str) -> Translator:
+    return Translator(lang)
 
 
 def pick_language(query_lang: str | None, stored: str | None, cookie_lang: str | None, accept_language: str | None) -> str:
@@ -38,23 +102,3 @@ def pick_language(query_lang: str | None, stored: str | None, cookie_lang: str |
     if accept_language and accept_language.lower().startswith("zh"):
         return "zh-CN"
     return "en"
-
-
-def translator(lang: str):
-    """t(key) → text; t(key, n=3) formats {n}. An unknown key shows itself, so a missing
-    label is visible on the page (and tests/web/test_i18n.py fails)."""
-
-    def t(key: str, **values) -> str:
-        texts = MESSAGES.get(key)
-        if texts is None:
-            return key
-        text = texts[lang]
-        return text.format(**values) if values else text
-
-    return t
-
-
-def label_or_value(t, prefix: str, value: str) -> str:
-    """A translated enum value (state.running → 运行中) or the value itself when unlabelled."""
-    key = f"{prefix}.{value}"
-    return t(key) if key in MESSAGES else value

@@ -1,9 +1,12 @@
-"""Rendering pages: one Jinja environment, the layout's navigation, and the page context
-every template gets (t, lang, user, nav, csrf)."""
+"""Rendering pages: one Jinja environment per language (its catalog installed through
+`jinja2.ext.i18n`, so templates call `_()`, `ngettext()`, `pgettext()` and `{% trans %}`), the
+layout's navigation, and the page context every template gets (lang, user, nav, csrf, and
+`label`/`translate` for texts named in Python: see web/labels.py)."""
 
 from __future__ import annotations
 
 import json
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -12,23 +15,44 @@ from fastapi.responses import HTMLResponse
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 
-from hetpool.web.i18n import MESSAGES, label_or_value, pick_language, translator
+from hetpool.web.i18n import N_, Translator, pick_language, translations, translator
+from hetpool.web.labels import has_label, label
 from hetpool.web.session import LANG_COOKIE, Viewer
 
-TEMPLATES = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"), autoescape=select_autoescape())
-TEMPLATES.filters["tojson_attr"] = lambda value: Markup.escape(json.dumps(value, ensure_ascii=False))
+TEMPLATE_DIR = Path(__file__).parent / "templates"
 
-# (path, label key, action the user needs to see the entry, or None for everyone)
+# (path, label, action the user needs to see the entry, or None for everyone)
 NAV: tuple[tuple[str, str, str | None], ...] = (
-    ("/", "nav.overview", None),
-    ("/resources", "nav.resources", None),
-    ("/tasks", "nav.tasks", None),
-    ("/tenants", "nav.tenants", None),
-    ("/approvals", "nav.approvals", None),
-    ("/cost", "nav.cost", None),
-    ("/audit", "nav.audit", "audit.read"),
-    ("/capacity", "nav.capacity", None),
+    ("/", N_("Overview"), None),
+    ("/resources", N_("Resources"), None),
+    ("/tasks", N_("Tasks"), None),
+    ("/tenants", N_("Tenants & quotas"), None),
+    ("/approvals", N_("Approvals"), None),
+    ("/cost", N_("Cost"), None),
+    ("/audit", N_("Audit"), "audit.read"),
+    ("/capacity", N_("Capacity"), None),
 )
+
+
+@cache
+def templates(lang: str) -> Environment:
+    """The Jinja environment of one language: its gettext callables installed once, so a
+    render never swaps translations under another request."""
+    env = Environment(loader=FileSystemLoader(TEMPLATE_DIR), autoescape=select_autoescape(), extensions=["jinja2.ext.i18n"])
+    env.install_gettext_translations(translations(lang), newstyle=True)  # type: ignore[attr-defined]
+    env.filters["tojson_attr"] = lambda value: Markup.escape(json.dumps(value, ensure_ascii=False))
+    tr = translator(lang)
+    env.globals["label"] = partial(label, tr)
+    env.globals["has_label"] = has_label
+    env.globals["translate"] = tr.text
+    env.globals["reason"] = tr.reason
+    env.globals["reasons"] = tr.reasons
+    return env
+
+
+def translator_for(request: Request, user: Viewer | None) -> Translator:
+    """Translating in a page's Python code, in the language the page is rendered in."""
+    return translator(language_for(request, user))
 
 
 def language_for(request: Request, user: Viewer | None) -> str:
@@ -43,19 +67,20 @@ def language_for(request: Request, user: Viewer | None) -> str:
 def render(request: Request, template: str, user: Viewer | None, *, status_code: int = 200, active: str = "", **context: Any) -> HTMLResponse:
     """A full page, or just its fragment when htmx asks for `fragment` (live refresh)."""
     lang = language_for(request, user)
-    t = translator(lang)
-    nav = [(path, t(key)) for path, key, needs in NAV if user is not None and (needs is None or user.may(needs))]
-    html = TEMPLATES.get_template(template).render(
-        t=t,
-        lang=lang,
-        other_lang="zh-CN" if lang == "en" else "en",
-        user=user,
-        csrf=user.csrf if user else "",
-        nav=nav,
-        active=active or request.url.path,
-        request=request,
-        known=MESSAGES,
-        label=lambda prefix, value: label_or_value(t, prefix, value),
-        **context,
+    tr = translator(lang)
+    nav = [(path, tr.gettext(text)) for path, text, needs in NAV if user is not None and (needs is None or user.may(needs))]
+    html = (
+        templates(lang)
+        .get_template(template)
+        .render(
+            lang=lang,
+            other_lang="zh-CN" if lang == "en" else "en",
+            user=user,
+            csrf=user.csrf if user else "",
+            nav=nav,
+            active=active or request.url.path,
+            request=request,
+            **context,
+        )
     )
     return HTMLResponse(html, status_code=status_code)

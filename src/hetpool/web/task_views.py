@@ -69,11 +69,6 @@ def framework_text(framework: dict | None) -> str:
     return text + ("".join(f" + {k} {v}" for k, v in extras.items()) if extras else "")
 
 
-def reasons_text(reasons: dict | None) -> str:
-    """{'not enough free devices': 2} → '2 not enough free devices' (the API's own words)."""
-    return ", ".join(f"{count} {reason}" for reason, count in sorted((reasons or {}).items(), key=lambda kv: -kv[1]))
-
-
 def covers(scopes: Any, tenant: str) -> bool:
     """Does an action's scope from whoami ('*' or tenant roots) reach `tenant`?"""
     if scopes == "*":
@@ -122,7 +117,7 @@ def attempt_rows(attempts: list[dict], chosen: str | None) -> list[dict]:
                 "outcome": attempt.get("outcome", ""),
                 "workers_fit": attempt.get("workers_fit"),
                 "chosen": bool(chosen) and attempt.get("candidate") == chosen and attempt.get("outcome") == "fit",
-                "reasons": reasons_text(attempt.get("reasons")),
+                "reasons": attempt.get("reasons") or {},  # shown with reasons(): translated
                 "details": attempt.get("details") or [],
             }
         )

@@ -32,7 +32,8 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from hetpool.web.render import render
+from hetpool.web.i18n import N_, Translator
+from hetpool.web.render import render, translator_for
 from hetpool.web.session import ApiError, Viewer, check_csrf, viewer
 
 router = APIRouter()
@@ -47,7 +48,13 @@ DECIDED_SHOWN = 50
 async def approvals_page(request: Request, tenant: str = "", fragment: str = "") -> Response:
     user = await viewer(request)
     tenant = tenant.strip()
-    context: dict = {"tenant": tenant, "fmt_duration": duration_text, "num": number, "may_decide_somewhere": user.may("approval.decide")}
+    tr = translator_for(request, user)
+    context: dict = {
+        "tenant": tenant,
+        "fmt_duration": lambda seconds: duration_text(tr, seconds),
+        "num": number,
+        "may_decide_somewhere": user.may("approval.decide"),
+    }
     if fragment in FRAGMENTS:
         context.update(await _load(user, tenant, pending=fragment == "approvals-pending", decided=fragment == "approvals-decided"))
         return render(request, FRAGMENTS[fragment], user, active="/approvals", **context)
@@ -67,14 +74,14 @@ async def decide(request: Request, approval_id: str, decision: str) -> Response:
     if form.get("tenant", "").strip():
         back += "?" + urlencode({"tenant": form["tenant"].strip()})
     if decision not in ("approve", "reject"):
-        return _redirect_with(back, {"kind": "error", "key": "approvals.refused", "id": approval_id, "message": f"unknown decision {decision!r}"})
+        return _redirect_with(back, {"kind": "error", "outcome": "refused", "id": approval_id, "message": f"unknown decision {decision!r}"})
     try:
         # The comment goes as typed: a missing one on a rejection is the API's to refuse,
         # and its message is what the user sees.
         decided = await user.api.post(f"/api/v1/approvals/{approval_id}/{decision}", json={"comment": form.get("comment", "")})
     except ApiError as exc:
-        return _redirect_with(back, {"kind": "error", "key": "approvals.refused", "id": approval_id, "message": exc.message})
-    flash = {"kind": "ok", "key": f"approvals.done.{decided['state']}", "id": decided["id"]}
+        return _redirect_with(back, {"kind": "error", "outcome": "refused", "id": approval_id, "message": exc.message})
+    flash = {"kind": "ok", "outcome": decided["state"], "id": decided["id"]}
     if decided.get("task_id"):
         try:
             task = await user.api.get(f"/api/v1/tasks/{decided['task_id']}")
@@ -113,25 +120,28 @@ def _read_flash(request: Request) -> dict | None:
         flash = json.loads(base64.urlsafe_b64decode(raw.encode()))
     except (ValueError, TypeError):
         return None
-    return flash if isinstance(flash, dict) and flash.get("key", "").startswith("approvals.") else None
+    return flash if isinstance(flash, dict) and isinstance(flash.get("outcome"), str) else None
 
 
-def duration_text(t, seconds: float | int | None) -> str:
+# A duration's units, largest first (the catalogs translate them: 3h 5m → 3 小时 5 分钟).
+DURATION_UNITS = (("d", 86400, N_("%(n)sd")), ("h", 3600, N_("%(n)sh")), ("m", 60, N_("%(n)sm")))
+
+
+def duration_text(tr: Translator, seconds: float | int | None) -> str:
     """A compact, translated duration with its two largest units: 45s, 12m, 3h 5m, 2d 4h."""
     if seconds is None:
         return "-"
     seconds = max(0, int(seconds))
     if seconds < 60:
-        return t("approvals.dur.s", n=seconds)
-    units = [("d", 86400), ("h", 3600), ("m", 60)]
+        return tr.gettext("%(n)ss", n=seconds)
     parts = []
-    for unit, size in units:
+    for unit, size, text in DURATION_UNITS:
         if seconds >= size or parts:
-            parts.append((unit, seconds // size))
+            parts.append((unit, seconds // size, text))
             seconds %= size
         if len(parts) == 2:
             break
-    return " ".join(t(f"approvals.dur.{unit}", n=n) for unit, n in parts if n or unit == parts[0][0])
+    return " ".join(tr.gettext(text, n=n) for unit, n, text in parts if n or unit == parts[0][0])
 
 
 def number(value: float | int | None) -> str:

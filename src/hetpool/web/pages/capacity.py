@@ -29,8 +29,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 from starlette.datastructures import QueryParams
 
-from hetpool.web.i18n import translator
-from hetpool.web.render import language_for, render
+from hetpool.web.i18n import N_, Translator
+from hetpool.web.render import render, translator_for
 from hetpool.web.session import ApiError, Viewer, viewer
 
 router = APIRouter()
@@ -76,19 +76,19 @@ class WhatIfForm:
     def shown_rows(self, kind: str) -> list[tuple[str, str]]:
         return self.rows[kind] or [("", "")]
 
-    def body(self, t) -> dict:
+    def body(self, tr: Translator) -> dict:
         """The API request; ValueError with a translated reason for what only the page parses.
         Counts and models go to the API as typed: it names the bad field itself."""
         numbers = {}
         for name, raw, label in (
-            ("days", self.days, "capacity.days"),
-            ("wait_target", self.wait_target, "capacity.wait_target"),
-            ("idle_below", self.idle_below, "capacity.idle_below"),
+            ("days", self.days, N_("History (days)")),
+            ("wait_target", self.wait_target, N_("Wait target, p90 (hours)")),
+            ("idle_below", self.idle_below, N_("Idle below (utilisation %%)")),
         ):
             try:
                 numbers[name] = float(raw)
             except ValueError:
-                raise ValueError(t("capacity.bad_number", field=t(label), value=raw)) from None
+                raise ValueError(tr.gettext("%(field)s: expected a number, got %(value)r", field=tr.gettext(label), value=raw)) from None
         quotas = {}
         for line in self.quotas.replace(",", "\n").splitlines():
             if not line.strip():
@@ -99,7 +99,7 @@ class WhatIfForm:
             except ValueError:
                 sep = ""
             if not sep or not team.strip():
-                raise ValueError(t("capacity.bad_quota", value=line.strip()))
+                raise ValueError(tr.gettext("quotas: expected TEAM=DEVICES such as ai-lab/nlp=16, got %(value)r", value=line.strip()))
         body = {"days": numbers["days"], "wait_target_hours": numbers["wait_target"], "idle_below": numbers["idle_below"] / 100}
         for kind in CHANGE_KINDS:
             body[kind] = [{"count": int(c) if c.isdigit() else c, "model": m} for c, m in self.rows[kind]]
@@ -163,10 +163,10 @@ def _device_rows(devices: dict) -> list[dict]:
     return [{**r, "delta": f"{r['changed'] - r['baseline']:+d}"} for r in rows if r["baseline"] != r["changed"]]
 
 
-def _charts(report: dict, t) -> tuple[dict, dict]:
+def _charts(report: dict, tr: Translator) -> tuple[dict, dict]:
     pools = report["pools"]
     busy = [p for p in pools if any(p[run] and p[run]["tasks"] for run in ("baseline", "changed"))] or pools
-    legend = [t("capacity.baseline"), t("capacity.changed")]
+    legend = [tr.gettext("Baseline (today)"), tr.gettext("Changed")]
 
     def series(rows, key, scale=1.0):
         return [
@@ -191,8 +191,8 @@ def _charts(report: dict, t) -> tuple[dict, dict]:
     return option(busy, "wait_p90_hours"), option(pools, "utilisation", 100.0)
 
 
-def report_view(report: dict, t) -> dict:
-    wait_chart, util_chart = _charts(report, t)
+def report_view(report: dict, tr: Translator) -> dict:
+    wait_chart, util_chart = _charts(report, tr)
     changed_p90 = {p["name"]: (p["changed"] or {}).get("wait_p90_hours") for p in report["pools"]}
     return {
         "summary": _summary_rows(report["totals"]),
@@ -230,13 +230,13 @@ async def capacity_page(request: Request) -> HTMLResponse:
         if exc.status == 403:
             return _denied(request, user, exc)
         raise
-    t = translator(language_for(request, user))
+    tr = translator_for(request, user)
     form = WhatIfForm.of(request.query_params)
     report, view, error, status = None, None, "", 200
     if "run" in request.query_params:
         try:
-            report = await user.api.post("/api/v1/capacity/what-if", json=form.body(t))
-            view = report_view(report, t)
+            report = await user.api.post("/api/v1/capacity/what-if", json=form.body(tr))
+            view = report_view(report, tr)
         except ValueError as exc:
             error, status = str(exc), 422
         except ApiError as exc:

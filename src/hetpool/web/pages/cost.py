@@ -36,8 +36,7 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response, StreamingResponse
 
-from hetpool.web.i18n import translator
-from hetpool.web.render import language_for, render
+from hetpool.web.render import render, translator_for
 from hetpool.web.session import ApiError, Viewer, viewer
 
 router = APIRouter()
@@ -101,7 +100,7 @@ async def cost_page(request: Request, by: str = "team", period: str = "", tenant
     context.update(
         error=None,
         tenants=await _tenant_choices(user),
-        daily_chart=_daily_chart(report, ledger["rows"], filters["by"], other_label=translator(language_for(request, user))("cost.chart.other")),
+        daily_chart=_daily_chart(report, ledger["rows"], filters["by"], other_label=translator_for(request, user).gettext("other")),
         ledger_count=ledger["count"],
         ledger_read=len(ledger["rows"]),
         **await _budgets(user, filters["tenant"]),

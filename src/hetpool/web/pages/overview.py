@@ -51,8 +51,9 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
-from hetpool.web.i18n import label_or_value, translator
-from hetpool.web.render import language_for, render
+from hetpool.web.i18n import Translator
+from hetpool.web.labels import label
+from hetpool.web.render import render, translator_for
 from hetpool.web.session import ApiError, Viewer, viewer
 
 router = APIRouter()
@@ -107,12 +108,12 @@ async def _context(request: Request, user: Viewer, needs: frozenset[str], window
             raise result
         else:
             data[name], data[f"{name}_error"] = result, ""
-    t = translator(language_for(request, user))
-    data["dur"] = lambda seconds: duration_text(t, seconds)
+    tr = translator_for(request, user)
+    data["dur"] = lambda seconds: duration_text(tr, seconds)
     data["pct"] = percent
     data.update(hot_spots(data.get("capacity"), data.get("workload")))
     if data.get("capacity") and data.get("workload"):
-        data["charts"] = utilisation_charts(t, data["capacity"], data["workload"])
+        data["charts"] = utilisation_charts(tr, data["capacity"], data["workload"])
         data["util_now"] = {p["pool"]: p["utilisation"] for p in data["capacity"]["pools"]}
     if data.get("budgets") is not None:
         data["budgets_crossed"] = [b for b in data["budgets"] if b.get("exceeded") or b.get("alerts")]
@@ -141,15 +142,15 @@ def hot_spots(capacity: dict | None, workload: dict | None) -> dict[str, list]:
     return {"saturated": saturated, "idle_pools": idle, "waiting_by_pool": waiting}
 
 
-def utilisation_charts(t, capacity: dict, workload: dict) -> dict[str, dict]:
+def utilisation_charts(tr: Translator, capacity: dict, workload: dict) -> dict[str, dict]:
     """ECharts options: a bar per pool (now, 24 h, 7 d) and an hourly line per class."""
     now = {p["pool"]: p["utilisation"] for p in capacity["pools"]}
     pools = workload["utilisation"]["pools"]
     names = [p["pool"] for p in pools]
     series = [
-        {"name": t("overview.series.now"), "type": "bar", "data": [round(100 * now.get(n, 0.0), 1) for n in names]},
-        {"name": t("overview.series.24h"), "type": "bar", "data": [round(100 * p["24h"], 1) for p in pools]},
-        {"name": t("overview.series.7d"), "type": "bar", "data": [round(100 * p["7d"], 1) for p in pools]},
+        {"name": tr.gettext("Now"), "type": "bar", "data": [round(100 * now.get(n, 0.0), 1) for n in names]},
+        {"name": tr.gettext("Last 24 h"), "type": "bar", "data": [round(100 * p["24h"], 1) for p in pools]},
+        {"name": tr.gettext("Last 7 days"), "type": "bar", "data": [round(100 * p["7d"], 1) for p in pools]},
     ]
     by_pool = {
         "tooltip": {"trigger": "axis"},
@@ -161,7 +162,7 @@ def utilisation_charts(t, capacity: dict, workload: dict) -> dict[str, dict]:
     }
     hourly = workload["utilisation"]["hourly"]
     hours = [h[11:16] for h in hourly["hours"]]  # HH:MM (UTC) of each hour's start
-    class_names = {c: label_or_value(t, "class", c) for c in hourly["classes"]}
+    class_names = {c: label(tr, "device_class", c) for c in hourly["classes"]}
     trend = {
         "tooltip": {"trigger": "axis"},
         "legend": {"top": 0},
@@ -180,15 +181,15 @@ def percent(ratio: float | None) -> str:
     return "–" if ratio is None else f"{100 * ratio:.0f}%"
 
 
-def duration_text(t, seconds: float | None) -> str:
+def duration_text(tr: Translator, seconds: float | None) -> str:
     """A wait as people say it: 45s, 12m, 3h 20m, 2d 4h (translated)."""
     if seconds is None:
         return "–"
     seconds = int(round(seconds))
     if seconds < 60:
-        return t("overview.dur.s", n=seconds)
+        return tr.gettext("%(n)ss", n=seconds)
     if seconds < 3600:
-        return t("overview.dur.m", n=seconds // 60)
+        return tr.gettext("%(n)sm", n=seconds // 60)
     if seconds < 86400:
-        return t("overview.dur.hm", h=seconds // 3600, m=seconds % 3600 // 60)
-    return t("overview.dur.dh", d=seconds // 86400, h=seconds % 86400 // 3600)
+        return tr.gettext("%(h)sh %(m)sm", h=seconds // 3600, m=seconds % 3600 // 60)
+    return tr.gettext("%(d)sd %(h)sh", d=seconds // 86400, h=seconds % 86400 // 3600)

@@ -47,8 +47,8 @@ from urllib.parse import quote, urlencode
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
-from hetpool.web.i18n import translator
-from hetpool.web.render import language_for, render
+from hetpool.web.labels import label
+from hetpool.web.render import render, translator_for
 from hetpool.web.session import ApiError, Viewer, viewer
 
 router = APIRouter()
@@ -173,17 +173,17 @@ async def _queue(user: Viewer, pool: str) -> dict:
 
 def _status_chart(request: Request, user: Viewer, profile: dict) -> dict:
     """A stacked bar per node: its devices by status (ECharts option)."""
-    t = translator(language_for(request, user))
+    tr = translator_for(request, user)
     nodes = profile["nodes"]
     return {
         "tooltip": {"trigger": "axis", "axisPointer": {"type": "shadow"}},
         "legend": {"top": 0},
         "grid": {"left": 40, "right": 16, "top": 36, "bottom": 28, "containLabel": True},
         "xAxis": {"type": "category", "data": [n["node"] for n in nodes]},
-        "yAxis": {"type": "value", "minInterval": 1, "name": t("devices")},
+        "yAxis": {"type": "value", "minInterval": 1, "name": tr.pgettext("devices", "Devices")},
         "series": [
             {
-                "name": t(status),
+                "name": label(tr, "device_status", status),
                 "type": "bar",
                 "stack": "devices",
                 "data": [n["devices"].get(status, 0) for n in nodes],

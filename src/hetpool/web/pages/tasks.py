@@ -52,6 +52,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from hetpool.core.inventory import DeviceClass, TaskType
 from hetpool.core.tasks import Priority
 from hetpool.core.tenancy import Environment
+from hetpool.web.i18n import C_, N_, Message
 from hetpool.web.render import render
 from hetpool.web.session import ApiError, Viewer, check_csrf, viewer
 from hetpool.web.task_views import (
@@ -76,6 +77,7 @@ ENVIRONMENTS = [e.value for e in Environment]
 PRIORITIES = [p.value for p in Priority]
 FORM_FIELDS = ("template", "name", "tenant", "env", "priority", "workers", "device_class", "device_count", "runtime_estimate", "command", "advanced")
 
+REFUSED = N_("The task was not accepted: %(message)s")  # the API's message, on the form
 LIST_LIMIT = 200  # what the API is asked for when it does all the filtering
 SEARCH_LIMIT = 1000  # the API's maximum: filters applied here search this many newest tasks
 
@@ -167,11 +169,12 @@ async def task_list(
 
 # ---------------------------------------------------------------------------- the form
 class FormProblem(Exception):
-    """Input the page itself can tell is wrong (before asking the API): a label key."""
+    """Input the page itself can tell is wrong (before asking the API): an English text
+    (marked N_, translated when shown) and the values it names."""
 
-    def __init__(self, key: str, **params: Any) -> None:
-        super().__init__(key)
-        self.key, self.params = key, params
+    def __init__(self, text: str, **params: Any) -> None:
+        super().__init__(text)
+        self.text, self.params = text, params
 
 
 def _form_values(form: dict[str, str]) -> dict[str, str]:
@@ -210,13 +213,13 @@ def task_document(values: dict[str, str], templates: dict[str, dict]) -> dict:
         try:
             extra = yaml.safe_load(advanced)
         except yaml.YAMLError as exc:
-            raise FormProblem("tasks.error.yaml", message=" ".join(str(exc).split())) from exc
+            raise FormProblem(N_("advanced: not valid YAML: %(message)s"), message=" ".join(str(exc).split())) from exc
         if extra is not None and not isinstance(extra, dict):
-            raise FormProblem("tasks.error.yaml_mapping")
+            raise FormProblem(N_("advanced: write task fields as a YAML mapping (field: value)"))
         doc.update(extra or {})
     template = values["template"].strip() or str(doc.get("template") or "")
     if not template:
-        raise FormProblem("tasks.error.template")
+        raise FormProblem(N_("template: choose a template"))
     doc["template"] = template
     for key in ("name", "tenant", "env", "priority", "runtime_estimate"):
         if values[key].strip():
@@ -235,7 +238,7 @@ def task_document(values: dict[str, str], templates: dict[str, dict]) -> dict:
         if count:
             devices["count"] = _number(count)
         if "class" not in devices:
-            raise FormProblem("tasks.error.device_class")
+            raise FormProblem(N_("device_class: the template asks for no devices; choose a device class (gpu, npu, dpu or cpu) to request devices"))
         per_worker["devices"] = devices
         doc["per_worker"] = per_worker
     doc.pop("kind", None)
@@ -243,28 +246,28 @@ def task_document(values: dict[str, str], templates: dict[str, dict]) -> dict:
 
 
 def template_view(template: dict) -> dict:
-    """A template as the form shows it: what it presets, as (label key, text) pairs."""
+    """A template as the form shows it: what it presets, as (label, text) pairs."""
     defaults = template.get("defaults") or {}
     per_worker = defaults.get("per_worker") or {}
     devices = template_devices(template)
-    presets: list[tuple[str, str]] = []
+    presets: list[tuple[str | Message, str]] = []
     if defaults.get("workers"):
-        presets.append(("tasks.field.workers", str(defaults["workers"])))
-    presets.append(("tasks.spec.devices", devices_text(devices)))
+        presets.append((N_("Workers"), str(defaults["workers"])))
+    presets.append((C_("tasks.spec.devices", "Devices per worker"), devices_text(devices)))
     if per_worker:
-        presets.append(("tasks.spec.host", host_text(per_worker)))
+        presets.append((N_("CPU / memory per worker"), host_text(per_worker)))
     if defaults.get("framework"):
-        presets.append(("tasks.spec.framework", framework_text(defaults["framework"])))
+        presets.append((N_("Framework"), framework_text(defaults["framework"])))
     if defaults.get("fallback"):
-        presets.append(("tasks.spec.fallback", " → ".join(defaults["fallback"])))
+        presets.append((N_("Fallback order"), " → ".join(defaults["fallback"])))
     if defaults.get("any_of"):
-        presets.append(("tasks.spec.any_of", ", ".join(defaults["any_of"])))
+        presets.append((N_("Any of"), ", ".join(defaults["any_of"])))
     if defaults.get("features"):
-        presets.append(("tasks.spec.features", ", ".join(defaults["features"])))
+        presets.append((N_("Device features"), ", ".join(defaults["features"])))
     if defaults.get("runtime_estimate") or defaults.get("max_runtime"):
-        presets.append(("tasks.spec.runtime", f"{defaults.get('runtime_estimate') or '—'} / {defaults.get('max_runtime') or '—'}"))
+        presets.append((N_("Runtime estimate / max"), f"{defaults.get('runtime_estimate') or '—'} / {defaults.get('max_runtime') or '—'}"))
     if defaults.get("command"):
-        presets.append(("tasks.spec.command", defaults["command"]))
+        presets.append((N_("Command"), defaults["command"]))
     return {
         "name": template["name"],
         "type": template.get("type", "general"),
@@ -339,7 +342,7 @@ async def _document_or_form(request: Request, user: Viewer, values: dict[str, st
     try:
         return task_document(values, {t["name"]: t for t in templates})
     except FormProblem as exc:
-        return await _form_page(request, user, values, problem=(exc.key, exc.params), status_code=422)
+        return await _form_page(request, user, values, problem=(exc.text, exc.params), status_code=422)
 
 
 def plan_view(plan: dict) -> dict:
@@ -365,11 +368,11 @@ def plan_view(plan: dict) -> dict:
         "chosen": plan.get("chosen") or "",
         "placements": plan.get("placements") or [],
         "limits": [
-            ("tasks.spec.workers", str(task.get("workers", 1))),
-            ("tasks.spec.devices", devices_text(per_worker.get("devices"))),
-            ("tasks.spec.host", host_text(per_worker)),
-            ("tasks.plan.runtime", runtime),
-            ("tasks.plan.max_runtime", task.get("max_runtime") or "—"),
+            (N_("Workers"), str(task.get("workers", 1))),
+            (C_("tasks.spec.devices", "Devices per worker"), devices_text(per_worker.get("devices"))),
+            (N_("CPU / memory per worker"), host_text(per_worker)),
+            (N_("Estimated runtime"), runtime),
+            (N_("Max runtime"), task.get("max_runtime") or "—"),
         ],
         "start": short_ts(plan.get("estimated_start")),
         "wait": duration(plan.get("estimated_wait_s")),
@@ -395,7 +398,7 @@ async def plan_task(request: Request) -> HTMLResponse:
     try:
         plan = await user.api.post("/api/v1/tasks/plan", json=doc)
     except ApiError as exc:
-        return await _form_page(request, user, values, problem=("tasks.error.refused", {"message": exc.message}), status_code=exc.status)
+        return await _form_page(request, user, values, problem=(REFUSED, {"message": exc.message}), status_code=exc.status)
     return await _form_page(request, user, values, plan=plan_view(plan))
 
 
@@ -409,5 +412,5 @@ async def submit_task(request: Request) -> Response:
     try:
         task = await user.api.post("/api/v1/tasks", json=doc)
     except ApiError as exc:
-        return await _form_page(request, user, values, problem=("tasks.error.refused", {"message": exc.message}), status_code=exc.status)
+        return await _form_page(request, user, values, problem=(REFUSED, {"message": exc.message}), status_code=exc.status)
     return RedirectResponse(f"/tasks/{quote(task['id'], safe='')}", status_code=303)

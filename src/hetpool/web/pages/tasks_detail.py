@@ -33,6 +33,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from hetpool.core.states import TaskState
+from hetpool.web.i18n import C_, N_, Message
 from hetpool.web.render import render
 from hetpool.web.session import ApiError, Viewer, check_csrf, viewer
 from hetpool.web.task_views import (
@@ -43,7 +44,6 @@ from hetpool.web.task_views import (
     duration,
     framework_text,
     host_text,
-    reasons_text,
     short_ts,
     wait_seconds,
 )
@@ -78,23 +78,23 @@ def _timeline(events: list[dict]) -> list[dict]:
     return rows
 
 
-def _spec_summary(spec: dict) -> list[tuple[str, str]]:
+def _spec_summary(spec: dict) -> list[tuple[str | Message, str]]:
     per_worker = spec.get("per_worker") or {}
     rows = [
-        ("tasks.spec.workers", str(spec.get("workers", 1))),
-        ("tasks.spec.devices", devices_text(per_worker.get("devices"))),
-        ("tasks.spec.host", host_text(per_worker)),
-        ("tasks.spec.framework", framework_text(spec.get("framework"))),
+        (N_("Workers"), str(spec.get("workers", 1))),
+        (C_("tasks.spec.devices", "Devices per worker"), devices_text(per_worker.get("devices"))),
+        (N_("CPU / memory per worker"), host_text(per_worker)),
+        (N_("Framework"), framework_text(spec.get("framework"))),
     ]
     if spec.get("fallback"):
-        rows.append(("tasks.spec.fallback", " → ".join(spec["fallback"])))
+        rows.append((N_("Fallback order"), " → ".join(spec["fallback"])))
     if spec.get("any_of"):
-        rows.append(("tasks.spec.any_of", ", ".join(spec["any_of"])))
+        rows.append((N_("Any of"), ", ".join(spec["any_of"])))
     if spec.get("features"):
-        rows.append(("tasks.spec.features", ", ".join(spec["features"])))
-    rows.append(("tasks.spec.runtime", f"{spec.get('runtime_estimate') or '—'} / {spec.get('max_runtime') or '—'}"))
+        rows.append((N_("Device features"), ", ".join(spec["features"])))
+    rows.append((N_("Runtime estimate / max"), f"{spec.get('runtime_estimate') or '—'} / {spec.get('max_runtime') or '—'}"))
     if spec.get("image"):
-        rows.append(("tasks.spec.image", spec["image"]))
+        rows.append((N_("Image"), spec["image"]))
     return rows
 
 
@@ -125,16 +125,16 @@ def detail_view(task: dict, user: Viewer) -> dict:
         "chosen": (chosen_attempt or {}).get("candidate", "") if placements else "",
         "chosen_models": sorted({p["model"] for p in placements}),
         "pending": task.get("pending") if state == TaskState.QUEUED.value else None,
-        "pending_reasons": reasons_text((task.get("pending") or {}).get("reasons")),
+        "pending_reasons": (task.get("pending") or {}).get("reasons") or {},
         "pending_eta": short_ts((task.get("pending") or {}).get("estimated_start")),
         "pending_wait": duration((task.get("pending") or {}).get("estimated_wait_s")),
         "approval": task.get("approval") if state == TaskState.PENDING_APPROVAL.value else None,
         "times": [
-            ("created", short_ts(task.get("created_at"))),
-            ("tasks.detail.admitted", short_ts(task.get("admitted_at"))),
-            ("tasks.detail.started", short_ts(task.get("started_at"))),
-            ("tasks.detail.finished", short_ts(task.get("finished_at"))),
-            ("tasks.wait", duration(wait_seconds(task, datetime.now(UTC)))),
+            (N_("Created"), short_ts(task.get("created_at"))),
+            (C_("tasks.detail.admitted", "Admitted"), short_ts(task.get("admitted_at"))),
+            (N_("Started"), short_ts(task.get("started_at"))),
+            (N_("Finished"), short_ts(task.get("finished_at"))),
+            (N_("Wait"), duration(wait_seconds(task, datetime.now(UTC)))),
         ],
     }
 

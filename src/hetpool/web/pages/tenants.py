@@ -21,7 +21,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
-from hetpool.web.render import render
+from hetpool.web.i18n import Translator
+from hetpool.web.labels import label
+from hetpool.web.render import render, translator_for
 from hetpool.web.session import ApiError, Viewer, viewer
 
 router = APIRouter()
@@ -34,7 +36,8 @@ async def tenants_page(request: Request, tenant: str = "", fragment: str = "") -
     user = await viewer(request)
     tenant = tenant.strip()
     context = await _load(user, tenant)
-    context.update(tenant=tenant, num=number, resource_label=resource_label)
+    tr = translator_for(request, user)
+    context.update(tenant=tenant, num=number, resource_label=lambda resource: resource_label(tr, resource))
     if fragment == "tenant-quotas":
         return render(request, "tenants_quotas.html", user, active="/tenants", **context)
     return render(request, "tenants.html", user, **context)
@@ -125,11 +128,11 @@ def _cards(tenants: dict[str, dict], usage: list[dict]) -> dict[str, int]:
     }
 
 
-def resource_label(t, label, resource: str) -> str:
+def resource_label(tr: Translator, resource: str) -> str:
     """A device class (gpu → GPU), a named unit (cpu-cores → CPU cores), else the model or pool name."""
     if resource in CLASSES:
-        return label("class", resource)
-    return label("tenants.resource", resource)
+        return label(tr, "device_class", resource)
+    return label(tr, "quota_resource", resource)
 
 
 def number(value: float | int | None) -> str:

@@ -1,1 +1,0 @@
-"""Dashboard labels, one module per area of the dashboard (merged by hetpool.web.i18n)."""
