@@ -22,11 +22,11 @@ from hetpool.server.db.models_cost import CostAccrualRow, CostLedgerRow
 from hetpool.server.services import cost as cost_service
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.inventory import load_inventory
-from hetpool.server.services.tasks import get_row
+from hetpool.server.services.task_lifecycle import get_row, preempt_now
 from hetpool.server.workers import cost as cost_worker
 from hetpool.server.workers.cost import accrue_usage
 from hetpool.server.workers.loop import run_pass
-from hetpool.server.workers.scheduler import preempt_now, schedule_once
+from hetpool.server.workers.scheduler import schedule_once
 from tests.server.helpers import example_task
 
 STEPS = (schedule_once, accrue_usage)

@@ -127,9 +127,11 @@ def test_the_cli_sends_a_key_and_retries_a_lost_connection_with_it(tmp_path: Pat
 
 
 def test_a_crash_between_backend_submit_and_commit_is_adopted_by_job_name_not_run_twice(ctx: ServiceContext, api: TestClient, tmp_path: Path) -> None:
-    from hetpool.backends.base import job_name
-    from hetpool.server.services import tasks as task_service
+    from hetpool.engines.base import job_name
+
     from hetpool.server.services.inventory import load_inventory
+    from hetpool.server.services.task_lifecycle import get_row
+    from hetpool.server.services.task_views import placements_of
     from hetpool.server.workers.dispatcher import _launch_request, dispatch_once
     from hetpool.server.workers.scheduler import schedule_once
     from tests.server.helpers import drive_until, task_state
@@ -142,8 +144,8 @@ def test_a_crash_between_backend_submit_and_commit_is_adopted_by_job_name_not_ru
     assert task_state(api, task_id) == "admitted"
     # The dispatcher's first half: the backend accepts the job ... and the server dies before the commit.
     with ctx.db.transaction() as session:
-        row = task_service.get_row(session, task_id)
-        request = _launch_request(load_inventory(ctx, session).catalog, row, task_service.placements_of(session, row))
+        row = get_row(session, task_id)
+        request = _launch_request(load_inventory(ctx, session).catalog, row, placements_of(session, row))
     ctx.backend_for("local").submit(request)
     assert task_state(api, task_id) == "admitted"  # nothing was recorded
     # A restarted dispatcher finds the task still admitted and submits again: the job is found by its name.

@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from hetpool.core.states import TaskState
-from hetpool.server.services import tasks as task_service
+from hetpool.server.services import task_lifecycle
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.workers.dispatcher import dispatch_once
 from hetpool.server.workers.scheduler import schedule_once
@@ -28,17 +28,17 @@ def test_crash_after_backend_submit_does_not_start_the_job_twice(ctx: ServiceCon
     schedule_once(ctx)
     assert task_state(demo, task_id) == "admitted"
 
-    real_transition = task_service.transition
+    real_transition = task_lifecycle.transition
 
     def crash_on_dispatch(ctx_, session, row, target, **kwargs):
         if target == TaskState.DISPATCHED:
             raise Crash("process died before commit")
         return real_transition(ctx_, session, row, target, **kwargs)
 
-    monkeypatch.setattr(task_service, "transition", crash_on_dispatch)
+    monkeypatch.setattr(task_lifecycle, "transition", crash_on_dispatch)
     with pytest.raises(Crash):
         dispatch_once(ctx)  # the backend started the job; the commit never happened
-    monkeypatch.setattr(task_service, "transition", real_transition)
+    monkeypatch.setattr(task_lifecycle, "transition", real_transition)
     assert task_state(demo, task_id) == "admitted"
 
     assert dispatch_once(ctx) == 1  # the next pass finds the job by name and adopts it
@@ -50,7 +50,8 @@ def test_crash_after_backend_submit_does_not_start_the_job_twice(ctx: ServiceCon
 
 def test_a_new_server_context_reconciles_running_work(ctx: ServiceContext, demo: TestClient, tmp_path: Path) -> None:
     """A second context on the same database and backend directory (a restarted server)."""
-    from hetpool.backends.local import LocalBackend
+    from hetpool.engines.local import LocalBackend
+
     from hetpool.server.workers.loop import run_pass
 
     task_id = demo.post("/api/v1/tasks", json={**example_task("data-prep.yaml"), "command": "echo start; sleep 2"}).json()["id"]

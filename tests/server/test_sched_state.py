@@ -9,10 +9,10 @@ from fastapi.testclient import TestClient
 from sqlalchemy import update
 
 from hetpool.server.db.models import TaskRow
-from hetpool.server.services import tasks as task_service
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.inventory import load_inventory
 from hetpool.server.services.sched_state import learned_runtimes, running_tasks
+from hetpool.server.services.task_planning import current_snapshot
 from hetpool.server.workers.loop import run_pass
 from hetpool.server.workers.scheduler import snapshot_cache
 from tests.server.helpers import drive_until, example_task, task_state
@@ -21,7 +21,7 @@ from tests.server.helpers import drive_until, example_task, task_state
 def _fresh(ctx: ServiceContext):
     with ctx.db.transaction() as session:
         inv = load_inventory(ctx, session)
-        return task_service.current_snapshot(ctx, session, inv)
+        return current_snapshot(ctx, session, inv)
 
 
 def _synced(ctx: ServiceContext):

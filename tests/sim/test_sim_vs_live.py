@@ -9,7 +9,8 @@ from sqlalchemy import select
 from hetpool.server.db.models import TaskRow
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.inventory import load_inventory
-from hetpool.server.services.tasks import placements_of, resolve_task_spec
+from hetpool.server.services.task_planning import resolve_task_spec
+from hetpool.server.services.task_views import placements_of
 from hetpool.server.workers.scheduler import schedule_once
 from hetpool.sim.engine import Simulator
 from hetpool.sim.trace import TraceTask

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 
+from hetpool.core.clock import as_utc
 from hetpool.core.governance import BudgetSpec, PriceListSpec
 from hetpool.core.inventory import PoolSpec
 
@@ -127,14 +128,9 @@ def charge(alloc: Allocation, rates: Rates, start: datetime, end: datetime) -> C
     return Charge(seconds, device_h, cpu_h, mem_h, to_micros(cost))
 
 
-def utc(ts: datetime) -> datetime:
-    """Aware UTC (SQLite hands back naive datetimes, which are UTC by convention here)."""
-    return ts.astimezone(UTC) if ts.tzinfo else ts.replace(tzinfo=UTC)
-
-
 def split_days(start: datetime, end: datetime) -> list[tuple[date, datetime, datetime]]:
     """[start, end) cut at UTC midnights: (day, piece start, piece end) in order."""
-    start, end = utc(start), utc(end)
+    start, end = as_utc(start), as_utc(end)
     pieces = []
     while start < end:
         midnight = datetime.combine(start.date() + timedelta(days=1), time(), tzinfo=UTC)
@@ -187,7 +183,7 @@ def parse_period(text: str) -> Period:
 
 def current_period(kind: str, now: datetime) -> Period:
     """The month, ISO week or day (UTC) that contains `now` — what a budget counts."""
-    day = utc(now).date()
+    day = as_utc(now).date()
     if kind == "month":
         return parse_period(f"{day.year:04d}-{day.month:02d}")
     if kind == "week":
@@ -308,8 +304,8 @@ def attempt_spans(events: Iterable[tuple[str, datetime, dict | None]]) -> dict[i
             admissions += 1
             after = after or {}
             current = int(after.get("attempt") or admissions)
-            spans[current] = {"start": utc(ts), "end": None, "cluster": after.get("cluster"), "backend": after.get("backend")}
+            spans[current] = {"start": as_utc(ts), "end": None, "cluster": after.get("cluster"), "backend": after.get("backend")}
         elif current is not None and action not in _HOLDING_ACTIONS:
-            spans[current]["end"] = utc(ts)
+            spans[current]["end"] = as_utc(ts)
             current = None
     return spans

@@ -12,12 +12,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from hetpool import __version__
-from hetpool.backends.local import LocalBackend
+from hetpool.engines.local import LocalBackend
 from hetpool.core.errors import HetpoolError
 from hetpool.core.specs import format_loc
 from hetpool.server import leader, metrics
 from hetpool.server.db.session import Database
 from hetpool.server.deps import AuthError
+from hetpool.server.logging_setup import install_request_logging
 from hetpool.server.routers import (
     agent,
     approvals,
@@ -36,6 +37,9 @@ from hetpool.server.routers import (
     users,
 )
 from hetpool.server.routers import leader as leader_routes
+from hetpool.server.routers.docs import install as install_api_docs
+from hetpool.server.schemas.common import ErrorResponse
+from hetpool.server.schemas.meta import HealthResponse
 from hetpool.server.security import install as install_security
 from hetpool.server.services.connector_sync import sync_due
 from hetpool.server.services.context import ServiceContext
@@ -117,6 +121,8 @@ def create_app(settings: Settings | None = None, ctx: ServiceContext | None = No
         version=__version__,
         description="Unified scheduling and governance of heterogeneous compute (异构算力统一调度).",
         lifespan=lifespan,
+        docs_url=None,  # served with local assets: routers/docs.py
+        redoc_url=None,
     )
     app.state.ctx = ctx
 
@@ -136,7 +142,7 @@ def create_app(settings: Settings | None = None, ctx: ServiceContext | None = No
         first = details[0] if details else {"loc": "", "msg": "invalid request"}
         return JSONResponse(status_code=422, content={"code": "invalid_request", "message": f"{first['loc']}: {first['msg']}", "details": details})
 
-    @app.get("/healthz", tags=["meta"], summary="Liveness")
+    @app.get("/healthz", tags=["meta"], summary="Liveness", response_model=HealthResponse, responses={429: {"model": ErrorResponse}})
     def healthz() -> dict:
         return {"ok": True, "version": __version__, "database": ctx.db.dialect}
 
@@ -160,8 +166,7 @@ def create_app(settings: Settings | None = None, ctx: ServiceContext | None = No
         leader_routes,
     ):
         app.include_router(module.router)
+    install_api_docs(app)
     install_dashboard(app)
-    from hetpool.server.logging_setup import install_request_logging  # X-Request-ID on every response, access log
-
-    install_request_logging(app)
+    install_request_logging(app)  # X-Request-ID on every response, access log
     return app

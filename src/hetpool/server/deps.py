@@ -10,7 +10,7 @@ import time
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from hetpool.server.services import audit, auth, web_sessions
+from hetpool.server.services import access, audit, auth, web_sessions
 from hetpool.server.services.context import ServiceContext
 
 _bearer = HTTPBearer(auto_error=False, description="API token (hp_…) or, when configured, an OIDC ID/access token")
@@ -91,8 +91,6 @@ def get_principal(
 def requires(action: str):
     """A dependency allowing only principals that may do `action` somewhere, e.g. a whole
     router: APIRouter(..., dependencies=[Depends(requires("audit.read"))])."""
-    from hetpool.server.services import access
-
     def _check(principal: auth.Principal = Depends(get_principal)) -> auth.Principal:
         access.require(principal, action)
         return principal

@@ -98,12 +98,6 @@ def holder_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
 
 
-def _utc(ts: datetime) -> datetime:
-    # SQLite stores DateTime without its zone: every value written here is UTC, so that
-    # comparing the stored text with a bound value compares instants.
-    return ts.astimezone(UTC) if ts.tzinfo else ts.replace(tzinfo=UTC)
-
-
 class LeaderElector:
     """Holds (or waits for) the lease of one loop group for one replica."""
 
@@ -128,18 +122,18 @@ class LeaderElector:
 
     def is_leader(self) -> bool:
         """Held and, by this replica's clock, not yet expired (checked before every step)."""
-        return self._fence is not None and self._expires is not None and _utc(self.ctx.clock.now()) < self._expires
+        return self._fence is not None and self._expires is not None and self.ctx.clock.now() < self._expires
 
     def ensure(self) -> bool:
         """Renew (leader) or try to take (standby) the lease when `leader_renew_s` has passed
         since the last try; returns whether this replica leads now."""
-        now = _utc(self.ctx.clock.now())
+        now = self.ctx.clock.now()
         if self._last_try is None or now - self._last_try >= self.renew:
             self.try_acquire()
         return self.is_leader()
 
     def try_acquire(self) -> bool:
-        now = _utc(self.ctx.clock.now())
+        now = self.ctx.clock.now()
         self._last_try = now
         expires = now + self.lease
         mine = _LEASE.c.holder == self.holder
@@ -206,20 +200,20 @@ class LeaderElector:
 
 def leases(ctx: ServiceContext) -> list[dict]:
     """Who leads each loop group, since when, with which token (the API's view)."""
-    now = _utc(ctx.clock.now())
+    now = ctx.clock.now()
     with ctx.db.transaction() as session:
         rows = session.execute(select(LeaderLeaseRow).order_by(LeaderLeaseRow.group)).scalars().all()
         out = []
         for r in rows:
-            expires = _utc(r.expires_at)
+            expires = r.expires_at
             held = bool(r.holder) and expires > now
             out.append(
                 {
                     "group": r.group,
                     "holder": r.holder if held else None,
-                    "since": _utc(r.acquired_at).isoformat() if held and r.acquired_at else None,
+                    "since": r.acquired_at.isoformat() if held and r.acquired_at else None,
                     "token": r.token,
-                    "renewed_at": _utc(r.renewed_at).isoformat() if r.renewed_at else None,
+                    "renewed_at": r.renewed_at.isoformat() if r.renewed_at else None,
                     "expires_at": expires.isoformat() if held else None,
                     "last_holder": r.holder or None,
                 }

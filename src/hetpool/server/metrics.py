@@ -20,7 +20,7 @@ import logging
 import threading
 from collections import Counter as Tally
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import datetime
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import Response
@@ -30,7 +30,10 @@ from sqlalchemy import select
 
 from hetpool.core.states import TaskState
 from hetpool.server.db.models import NodeStatusRow, TaskRow
+from hetpool.server.services import stats
 from hetpool.server.services.context import ServiceContext
+from hetpool.server.services.hot_path import read_inventory
+from hetpool.server.services.task_planning import current_snapshot
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +101,7 @@ class WorkerMetrics:
             log.exception("could not read the waits of admitted tasks")
             return
         for task_id, task_type, queued_at, admitted_at in rows:
-            wait = (_aware(admitted_at) - _aware(queued_at)).total_seconds()
+            wait = (admitted_at - queued_at).total_seconds()
             self.task_wait.labels(pool=admitted[task_id], task_type=task_type).observe(max(0.0, wait))
 
     @contextmanager
@@ -110,10 +113,6 @@ class WorkerMetrics:
             yield self
         finally:
             _sink.metrics = previous
-
-
-def _aware(ts: datetime) -> datetime:
-    return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
 
 
 _sink = threading.local()  # the WorkerMetrics of the pass running on this thread
@@ -168,10 +167,6 @@ class HetpoolCollector:
             yield from collector.collect()
 
     def _from_database(self):
-        from hetpool.server.services import stats
-        from hetpool.server.services.hot_path import read_inventory
-        from hetpool.server.services.tasks import current_snapshot
-
         ctx = self.ctx
         now = ctx.clock.now()
         with ctx.db.transaction() as session:

@@ -7,7 +7,6 @@ from datetime import datetime
 from sqlalchemy import (
     JSON,
     Boolean,
-    DateTime,
     Float,
     ForeignKey,
     Index,
@@ -18,6 +17,8 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from hetpool.server.db.types import UTCDateTime
 
 
 class Base(DeclarativeBase):
@@ -37,8 +38,8 @@ class InventoryObjectRow(Base):
     model: Mapped[str | None] = mapped_column(String(64))
     spec: Mapped[dict] = mapped_column(JSON)
     generation: Mapped[int] = mapped_column(Integer, default=1)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
     # Nodes only: the agent user that may report for it (the user named by spec.agent,
     # pinned by id so a later user of the same name inherits nothing; migration 0008c).
     agent_user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"), nullable=True, index=True)
@@ -59,12 +60,12 @@ class TaskRow(Base):
     state: Mapped[str] = mapped_column(String(32), index=True)
     spec: Mapped[dict] = mapped_column(JSON)
     created_by: Mapped[str] = mapped_column(String(64))
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    queued_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    admitted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    queued_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    admitted_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     attempt: Mapped[int] = mapped_column(Integer, default=0)
     backend: Mapped[str | None] = mapped_column(String(32))
     cluster: Mapped[str | None] = mapped_column(String(64))
@@ -79,6 +80,8 @@ class TaskRow(Base):
     # backend job and requeues the task.
     preempt_reason: Mapped[str | None] = mapped_column(Text)
     preemptions: Mapped[int] = mapped_column(Integer, default=0)
+    # W3C traceparent of the submit span (server/tracing.py): later steps join the task's trace.
+    trace_parent: Mapped[str | None] = mapped_column(String(64))
 
 
 class PlacementRow(Base):
@@ -107,7 +110,7 @@ class AuditEventRow(Base):
     __tablename__ = "audit_events"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    ts: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+    ts: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
     actor: Mapped[str] = mapped_column(String(64), index=True)
     action: Mapped[str] = mapped_column(String(64), index=True)
     object_kind: Mapped[str] = mapped_column(String(32))
@@ -126,7 +129,7 @@ class UserRow(Base):
     # Names are unique ignoring case (migration 20261201_0008e): `Admin` is not a second `admin`.
     __table_args__ = (Index("uq_users_name_lower", text("lower(name)"), unique=True),)
     role: Mapped[str] = mapped_column(String(32))
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     ui_language: Mapped[str | None] = mapped_column(String(8), nullable=True)  # the dashboard language the user chose
     # Who created the user ('' unknown or the system): approvals refuse a decider linked to the requester this way.
     created_by: Mapped[str] = mapped_column(String(64), default="", server_default="")
@@ -141,9 +144,9 @@ class ApiTokenRow(Base):
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     label: Mapped[str] = mapped_column(String(64), default="")
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     # Who issued it: someone who issued a user's token could act as that user (approvals).
     created_by: Mapped[str] = mapped_column(String(64), default="", server_default="")
 
@@ -155,7 +158,7 @@ class NodeStatusRow(Base):
 
     node: Mapped[str] = mapped_column(String(200), primary_key=True)
     state: Mapped[str] = mapped_column(String(16))  # ready | offline
-    last_heartbeat_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    last_heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime())
     agent_version: Mapped[str] = mapped_column(String(32))
     devices: Mapped[list] = mapped_column(JSON)  # [{index, model, health, utilisation_pct, memory_used_mib}]
     # Who reports on the node: "agent" (heartbeats) or a connector ("slurm", "kubernetes", "ray").
@@ -175,8 +178,8 @@ class ConnectorSyncRow(Base):
 
     cluster: Mapped[str] = mapped_column(String(200), primary_key=True)
     connector: Mapped[str] = mapped_column(String(16))
-    last_attempt_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    last_success_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    last_attempt_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    last_success_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     ok: Mapped[bool] = mapped_column(default=False)
     error: Mapped[str] = mapped_column(Text, default="")
     summary: Mapped[dict] = mapped_column(JSON, default=dict)  # counts, sees, warnings

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import DateTime, ForeignKey, Integer, String, UniqueConstraint
+from sqlalchemy import ForeignKey, Integer, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from hetpool.server.db.models import Base
+from hetpool.server.db.types import UTCDateTime
 
 
 class RoleBindingRow(Base):
@@ -21,7 +22,7 @@ class RoleBindingRow(Base):
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
     role: Mapped[str] = mapped_column(String(32))
     tenant: Mapped[str] = mapped_column(String(200), default="", index=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     created_by: Mapped[str] = mapped_column(String(64), default="")
 
 
@@ -32,5 +33,5 @@ class TokenUseRow(Base):
     __tablename__ = "api_token_use"
 
     token_id: Mapped[int] = mapped_column(ForeignKey("api_tokens.id", ondelete="CASCADE"), primary_key=True)
-    last_used_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    audited_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_used_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    audited_at: Mapped[datetime | None] = mapped_column(UTCDateTime())

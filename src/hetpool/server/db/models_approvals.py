@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import JSON, DateTime, ForeignKey, Index, String, Text
+from sqlalchemy import JSON, ForeignKey, Index, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from hetpool.server.db.models import Base
+from hetpool.server.db.types import UTCDateTime
 
 
 class ApprovalRow(Base):
@@ -28,9 +29,9 @@ class ApprovalRow(Base):
     policies: Mapped[list] = mapped_column(JSON)
     approvers: Mapped[list] = mapped_column(JSON)  # users named by the policies
     requested_by: Mapped[str] = mapped_column(String(64), index=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     expire_after: Mapped[str] = mapped_column(String(32))
-    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
     decided_by: Mapped[str | None] = mapped_column(String(64))
-    decided_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    decided_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     comment: Mapped[str] = mapped_column(Text, default="")

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from datetime import date, datetime
 
-from sqlalchemy import BigInteger, Boolean, Date, DateTime, Float, Index, Integer, String, UniqueConstraint
+from sqlalchemy import BigInteger, Boolean, Date, Float, Index, Integer, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from hetpool.server.db.models import Base
+from hetpool.server.db.types import UTCDateTime
 
 
 class CostAccrualRow(Base):
@@ -23,9 +24,9 @@ class CostAccrualRow(Base):
     attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
     cluster: Mapped[str | None] = mapped_column(String(64))
     backend: Mapped[str | None] = mapped_column(String(32))
-    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    accrued_until: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    accrued_until: Mapped[datetime] = mapped_column(UTCDateTime())
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     closed: Mapped[bool] = mapped_column(Boolean, default=False, index=True)
     # Every update checks and bumps it: of two passes that read the same row, the second
     # one's update matches nothing and its transaction (with its ledger rows) rolls back.
@@ -49,8 +50,8 @@ class CostLedgerRow(Base):
     attempt: Mapped[int] = mapped_column(Integer)
     rank: Mapped[int] = mapped_column(Integer)
     day: Mapped[date] = mapped_column(Date)
-    interval_start: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    interval_end: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    interval_start: Mapped[datetime] = mapped_column(UTCDateTime())
+    interval_end: Mapped[datetime] = mapped_column(UTCDateTime())
     tenant: Mapped[str] = mapped_column(String(200))
     org: Mapped[str] = mapped_column(String(200))
     team: Mapped[str] = mapped_column(String(200))
@@ -87,4 +88,4 @@ class BudgetAlertRow(Base):
     amount: Mapped[float] = mapped_column(Float)
     spent_micros: Mapped[int] = mapped_column(BigInteger)
     currency: Mapped[str] = mapped_column(String(8))
-    raised_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    raised_at: Mapped[datetime] = mapped_column(UTCDateTime())

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import DateTime, Integer, String
+from sqlalchemy import Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from hetpool.server.db.models import Base
+from hetpool.server.db.types import UTCDateTime
 
 
 class LeaderLeaseRow(Base):
@@ -20,6 +21,6 @@ class LeaderLeaseRow(Base):
     group: Mapped[str] = mapped_column(String(64), primary_key=True)
     holder: Mapped[str] = mapped_column(String(200), default="")  # hostname:pid:random; '' when released
     token: Mapped[int] = mapped_column(Integer, default=0)
-    acquired_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    renewed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    acquired_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    renewed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import DateTime, ForeignKey, Integer, String, Text
+from sqlalchemy import ForeignKey, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from hetpool.server.db.models import Base
+from hetpool.server.db.types import UTCDateTime
 
 
 class ReclaimStateRow(Base):
@@ -18,13 +19,13 @@ class ReclaimStateRow(Base):
 
     task_id: Mapped[str] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True)
     attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
-    idle_since: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    idle_since: Mapped[datetime | None] = mapped_column(UTCDateTime())
     # A notice given and not withdrawn: what for, why, when the action is due.
     notice_cause: Mapped[str | None] = mapped_column(String(16))
     notice_reason: Mapped[str | None] = mapped_column(Text)
-    notice_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    act_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    notice_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    act_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     action: Mapped[str | None] = mapped_column(String(16))
     policy: Mapped[str | None] = mapped_column(String(200))
     # Set once the action was taken, so a task still stopping is not acted on twice.
-    acted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    acted_at: Mapped[datetime | None] = mapped_column(UTCDateTime())

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy import Text, cast, or_, select
 from sqlalchemy.orm import Session
 
+from hetpool.core.clock import iso_utc
 from hetpool.core.errors import ConflictError, NotFoundError, PermissionDeniedError, SpecError
 from hetpool.core.governance import APPROVAL_REASON_LABEL, APPROVED_OVER_QUOTA_LABEL, ApprovalPolicySpec
 from hetpool.core.specs import SPEC_KINDS, resolve_kind, spec_to_document
@@ -50,7 +51,8 @@ from hetpool.server.services.access import holds_role, require, visible_tenants
 from hetpool.server.services.auth import Principal
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.inventory import Inventory, apply_specs, delete_object, load_inventory
-from hetpool.server.services.tasks import aware, placement_options, transition
+from hetpool.server.services.task_lifecycle import transition
+from hetpool.server.services.task_planning import placement_options
 
 PENDING, APPROVED, REJECTED, EXPIRED, WITHDRAWN = "pending", "approved", "rejected", "expired", "withdrawn"
 STATES = (PENDING, APPROVED, REJECTED, EXPIRED, WITHDRAWN)
@@ -243,8 +245,8 @@ def decide(ctx: ServiceContext, session: Session, approval_id: str, principal: P
     if row.state != PENDING:
         raise ConflictError(f"approval {row.id} was already decided ({row.state}{f' by {row.decided_by}' if row.decided_by else ''})")
     now = ctx.clock.now()
-    if aware(row.expires_at) <= now:
-        raise ConflictError(f"approval {row.id} expired at {_iso(row.expires_at)}; it can no longer be decided")
+    if row.expires_at <= now:
+        raise ConflictError(f"approval {row.id} expired at {iso_utc(row.expires_at)}; it can no longer be decided")
     duty = duties.check(session, principal, row)
     comment = comment.strip()
     if not approve and not comment:
@@ -372,7 +374,7 @@ def pending_for_task(session: Session, task_id: str) -> dict | None:
     row = session.execute(select(ApprovalRow).where(ApprovalRow.task_id == task_id, ApprovalRow.state == PENDING)).scalars().first()
     if row is None:
         return None
-    return {"id": row.id, "reasons": row.reasons, "expires_at": _iso(row.expires_at), "approvers": row.approvers}
+    return {"id": row.id, "reasons": row.reasons, "expires_at": iso_utc(row.expires_at), "approvers": row.approvers}
 
 
 def approval_dict(row: ApprovalRow) -> dict:
@@ -389,11 +391,11 @@ def approval_dict(row: ApprovalRow) -> dict:
         "policies": row.policies,
         "approvers": row.approvers,
         "requested_by": row.requested_by,
-        "created_at": _iso(row.created_at),
+        "created_at": iso_utc(row.created_at),
         "expire_after": row.expire_after,
-        "expires_at": _iso(row.expires_at),
+        "expires_at": iso_utc(row.expires_at),
         "decided_by": row.decided_by,
-        "decided_at": _iso(row.decided_at),
+        "decided_at": iso_utc(row.decided_at),
         "comment": row.comment,
     }
 
@@ -440,7 +442,3 @@ def _audit(session: Session, actor: str, action: str, row: ApprovalRow, *, befor
         after["document"] = row.document
     audit.record(session, actor=actor, action=action, object_kind="Approval", object_id=row.id, before=before, after=after, ts=ts)
 
-
-def _iso(ts: datetime | None) -> str | None:
-    ts = aware(ts)
-    return ts.isoformat().replace("+00:00", "Z") if ts else None

@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import func, select, text, update
 from sqlalchemy.orm import Session
 
+from hetpool.core.clock import as_utc
 from hetpool.core.errors import SpecError
 from hetpool.core.units import parse_duration
 from hetpool.governance.audit import GENESIS_HASH, Anchor, ChainBreak, ChainHead, canonical_json, event_hash, verify_chain
@@ -67,7 +68,7 @@ def record(
     last = head.hash if head else session.execute(select(AuditEventRow.hash).where(AuditEventRow.id == top)).scalar()
     row = AuditEventRow(
         id=max(top, head.last_id if head else 0) + 1,
-        ts=ts.astimezone(UTC) if ts.tzinfo else ts,
+        ts=ts,
         actor=actor,
         action=action,
         object_kind=object_kind,
@@ -201,11 +202,10 @@ class EventFilter:
             stmt = stmt.where(AuditEventRow.action.startswith(self.action[:-1], autoescape=True))
         elif self.action:
             stmt = stmt.where(AuditEventRow.action == self.action)
-        # Stored as naive UTC on SQLite, so bounds are compared as UTC.
         if self.since is not None:
-            stmt = stmt.where(AuditEventRow.ts >= self.since.astimezone(UTC))
+            stmt = stmt.where(AuditEventRow.ts >= self.since)
         if self.until is not None:
-            stmt = stmt.where(AuditEventRow.ts < self.until.astimezone(UTC))
+            stmt = stmt.where(AuditEventRow.ts < self.until)
         return stmt
 
 
@@ -221,9 +221,8 @@ def parse_time(value: str | None, now: datetime, field: str) -> datetime | None:
             return now - timedelta(seconds=parse_duration(text_value))
         except (ValueError, OverflowError):  # OverflowError: a duration reaching back before year 1
             raise SpecError(f"{field}: expected an ISO time such as 2026-11-30T12:00:00Z or a duration back from now such as 2h") from None
-    ts = ts if ts.tzinfo else ts.replace(tzinfo=UTC)
     try:
-        return ts.astimezone(UTC)  # the query compares in UTC: 0001-01-01T00:00+14:00 is before year 1 there
+        return as_utc(ts)  # the query compares in UTC: 0001-01-01T00:00+14:00 is before year 1 there
     except OverflowError:
         raise SpecError(f"{field}: {text_value!r} is outside the years 1 to 9999 in UTC") from None
 

@@ -11,7 +11,7 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session
@@ -71,10 +71,6 @@ def hash_token(token: str) -> str:
 
 def new_token() -> str:
     return TOKEN_PREFIX + secrets.token_urlsafe(32)
-
-
-def _aware(ts: datetime) -> datetime:
-    return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
 
 
 # ----------------------------------------------------------------------------- users
@@ -162,9 +158,9 @@ def resolve(session: Session, token: str, now: datetime, settings=None, *, sourc
         raise AuthFailure("invalid", "invalid token (unknown to this server)")
     if row.revoked_at is not None:
         raise AuthFailure("revoked", "token revoked; create a new one (hetpool tokens create)", token_id=row.id)
-    if row.expires_at is not None and _aware(row.expires_at) <= now:
+    if row.expires_at is not None and row.expires_at <= now:
         raise AuthFailure(
-            "expired", f"token expired at {_aware(row.expires_at).isoformat()}; create a new one (hetpool tokens create)", token_id=row.id
+            "expired", f"token expired at {row.expires_at.isoformat()}; create a new one (hetpool tokens create)", token_id=row.id
         )
     user = session.get(UserRow, row.user_id)
     if user is None:  # tokens go with their user; a row left behind by hand still opens nothing
@@ -172,7 +168,7 @@ def resolve(session: Session, token: str, now: datetime, settings=None, *, sourc
     if not _noted_lately(session, row.id, now) and _note_use(session, row.id, now):
         _audit_use(session, user.name, row.id, row.label, source, now)
     principal = principal_for(session, user, token_id=row.id)
-    auth_cache.store(session, digest, principal, row.id, row.label, _aware(row.expires_at) if row.expires_at is not None else None)
+    auth_cache.store(session, digest, principal, row.id, row.label, row.expires_at)
     return principal
 
 
@@ -233,7 +229,7 @@ def _note_use(session: Session, token_id: int, now: datetime) -> bool:
     ).rowcount
     if due:
         return True
-    if _aware(use.last_used_at) <= now - LAST_USED_RESOLUTION:
+    if use.last_used_at <= now - LAST_USED_RESOLUTION:
         use.last_used_at = now
     return False
 
@@ -242,7 +238,7 @@ def last_used(session: Session, token_ids: list[int]) -> dict[int, datetime]:
     if not token_ids:
         return {}
     rows = session.execute(select(TokenUseRow.token_id, TokenUseRow.last_used_at).where(TokenUseRow.token_id.in_(token_ids))).all()
-    return {token_id: _aware(ts) for token_id, ts in rows}
+    return dict(rows)
 
 
 # ------------------------------------------------------------------------------ OIDC

@@ -28,16 +28,16 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from hetpool.catalog.devices import DeviceCatalog
-from hetpool.connectors.base import ConnectorError, InventoryConnector, InventoryObservation, NodeState, ObservedNode
-from hetpool.connectors.registry import CONNECTOR_BACKENDS, connector_for
+from hetpool.engines.base import ConnectorError, InventoryConnector, InventoryObservation, NodeState, ObservedNode
+from hetpool.engines.registry import CONNECTOR_BACKENDS, connector_for
 from hetpool.core.base import is_valid_name
 from hetpool.core.errors import ConflictError, NotFoundError, SpecError
 from hetpool.core.inventory import ClusterSpec, DeviceClass, DeviceGroup, DeviceModelSpec, NodeSpec, SoftwareStack
-from hetpool.server.db.models import ConnectorSyncRow, NodeStatusRow
+from hetpool.server.db.models import ConnectorSyncRow, NodeStatusRow, PlacementRow
 from hetpool.server.services import audit
 from hetpool.server.services.auto_pools import AUTO_POOL_LABEL, ensure_in_pool, stage_pool
 from hetpool.server.services.context import ServiceContext
-from hetpool.server.services.inventory import _active_tasks, apply_specs, load_inventory
+from hetpool.server.services.inventory import _active_tasks, apply_specs, delete_object, load_inventory
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ def sync_due(ctx: ServiceContext) -> list[str]:
             continue
         interval = float(cluster.backend_config.get("sync_interval_s", ctx.settings.connector_sync_interval_s))
         previous = last.get(cluster.name)
-        if previous is not None and (previous if previous.tzinfo else previous.replace(tzinfo=now.tzinfo)) + timedelta(seconds=interval) > now:
+        if previous is not None and previous + timedelta(seconds=interval) > now:
             continue
         try:
             sync_cluster(ctx, cluster.name)
@@ -225,8 +225,6 @@ def reconcile(ctx: ServiceContext, session: Session, cluster: ClusterSpec, obs: 
 
 
 def _placement_on(node: str):
-    from hetpool.server.db.models import PlacementRow
-
     return PlacementRow.node == node
 
 
@@ -241,8 +239,6 @@ def _device_totals(nodes) -> dict[str, dict[str, int]]:
 
 
 def _delete(ctx: ServiceContext, session: Session, kind: str, name: str, actor: str, allowed: bool, warnings: list[str], inv=None) -> None:
-    from hetpool.server.services.inventory import delete_object
-
     if not allowed:
         warnings.append(f"{kind} {name!r} is now empty; it was created by an operator, so it is kept")
         return

@@ -3,17 +3,36 @@
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING
 
-from hetpool.backends.base import Backend
 from hetpool.catalog.compat import CompatibilityKB
 from hetpool.catalog.devices import DeviceCatalog
 from hetpool.core.clock import Clock
 from hetpool.core.inventory import ClusterSpec
+from hetpool.engines.base import Backend
+from hetpool.engines.registry import make_backend
 from hetpool.server.db.session import Database
 from hetpool.server.services.audit_anchor import AuditAnchor
 from hetpool.server.settings import Settings
+
+if TYPE_CHECKING:  # for the annotations only: the inventory service builds on this module
+    from hetpool.scheduling.snapshot import Snapshot
+    from hetpool.server.services.inventory import Inventory
+
+
+@dataclass
+class HotPathCache:
+    """The submit path's per-process caches; services/hot_path.py fills and checks them."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    inventory_key: tuple | None = None
+    inventory: Inventory | None = None
+    idle_key: tuple | None = None
+    idle: Snapshot | None = None
+    inventory_loads: int = 0  # how often it was read in full (tests and benchmarks look)
 
 
 @dataclass
@@ -22,16 +41,16 @@ class ServiceContext:
     db: Database
     clock: Clock = field(default_factory=Clock)
     backends: dict[str, Backend] = field(default_factory=dict)
+    # One backend instance per (cluster, kind, backend_config), built on first use.
+    _cluster_backends: dict[tuple, Backend] = field(default_factory=dict, init=False, repr=False)
 
     @cached_property
     def builtin_catalog(self) -> DeviceCatalog:
         return DeviceCatalog.builtin()
 
     @cached_property
-    def hot_path(self):
+    def hot_path(self) -> HotPathCache:
         """The submit path's per-process caches (services/hot_path.py)."""
-        from hetpool.server.services.hot_path import HotPathCache
-
         return HotPathCache()
 
     @cached_property
@@ -58,10 +77,8 @@ class ServiceContext:
         if cluster is None:
             raise LookupError(f"no '{kind}' backend is configured on this server (configured: {', '.join(self.backends) or 'none'})")
         key = (cluster.name, kind, json.dumps(cluster.backend_config, sort_keys=True))
-        cache = self.__dict__.setdefault("_cluster_backends", {})
+        cache = self._cluster_backends
         if key not in cache:
-            from hetpool.backends.registry import make_backend
-
             work_dir = self.settings.backend_dir / kind / ("" if kind == "local" else cluster.name)
             cache[key] = make_backend(kind, dict(cluster.backend_config), self.builtin_catalog, work_dir)
         return cache[key]

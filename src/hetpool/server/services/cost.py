@@ -18,6 +18,7 @@ from datetime import date, datetime
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
+from hetpool.core.clock import iso_utc
 from hetpool.core.errors import SpecError
 from hetpool.core.governance import BudgetSpec
 from hetpool.governance.cost import (
@@ -32,7 +33,6 @@ from hetpool.governance.cost import (
     over_budget,
     parse_period,
     to_micros,
-    utc,
 )
 from hetpool.server.db.models_cost import BudgetAlertRow, CostLedgerRow
 from hetpool.server.services import audit
@@ -107,8 +107,8 @@ def ledger_dict(row: CostLedgerRow) -> dict:
         "attempt": row.attempt,
         "rank": row.rank,
         "day": row.day.isoformat() if isinstance(row.day, date) else str(row.day),
-        "interval_start": _iso(row.interval_start),
-        "interval_end": _iso(row.interval_end),
+        "interval_start": iso_utc(row.interval_start),
+        "interval_end": iso_utc(row.interval_end),
         "tenant": row.tenant,
         "org": row.org,
         "team": row.team,
@@ -131,10 +131,6 @@ def ledger_dict(row: CostLedgerRow) -> dict:
         "cost_micros": row.cost_micros,
         "currency": row.currency,
     }
-
-
-def _iso(ts: datetime) -> str:
-    return utc(ts).isoformat().replace("+00:00", "Z")
 
 
 def ledger(
@@ -263,7 +259,7 @@ def budget_status(session: Session, inv: Inventory, now: datetime, *, tenant: st
                 "hard_stop": budget.hard_stop,
                 "alert_at": budget.alert_at,
                 "alerts": [
-                    {"threshold": a.threshold, "spent": from_micros(a.spent_micros), "raised_at": _iso(a.raised_at)}
+                    {"threshold": a.threshold, "spent": from_micros(a.spent_micros), "raised_at": iso_utc(a.raised_at)}
                     for a in _raised(session, budget, period)
                 ],
             }

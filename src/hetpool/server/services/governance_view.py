@@ -15,10 +15,9 @@ command, image or environment variables.
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from sqlalchemy.orm import Session
 
+from hetpool.core.clock import iso_utc
 from hetpool.core.errors import HetpoolError
 from hetpool.core.specs import parse_spec
 from hetpool.core.tasks import TaskSpec
@@ -33,7 +32,8 @@ from hetpool.server.services import duties
 from hetpool.server.services.auth import Principal
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.inventory import Inventory, load_inventory
-from hetpool.server.services.tasks import aware, current_snapshot, placement_options
+from hetpool.server.services.sched_state import learned_runtimes, with_runtime
+from hetpool.server.services.task_planning import current_snapshot, placement_options
 
 
 def approval_inbox(
@@ -46,9 +46,9 @@ def approval_inbox(
     requests = []
     for row in rows:
         item = approval_service.approval_dict(row)
-        expired = aware(row.expires_at) <= now
-        item["age_s"] = max(0, int((now - aware(row.created_at)).total_seconds()))
-        item["expires_in_s"] = int((aware(row.expires_at) - now).total_seconds())
+        expired = row.expires_at <= now
+        item["age_s"] = max(0, int((now - row.created_at).total_seconds()))
+        item["expires_in_s"] = int((row.expires_at - now).total_seconds())
         item["may_decide"] = row.state == approval_service.PENDING and not expired and approval_service.may_decide(session, principal, row, known)
         item["requested"] = None
         item["estimate"] = None
@@ -65,7 +65,7 @@ def approval_inbox(
         elif row.kind == "quota" and row.document:
             item["requested"] = _quota_summary(row.document)
         requests.append(item)
-    return {"now": _iso(now), "requests": requests}
+    return {"now": iso_utc(now), "requests": requests}
 
 
 def _spec_of(task: TaskRow) -> TaskSpec | None:
@@ -112,8 +112,6 @@ class _Estimator:
 
     def _load(self) -> tuple[Inventory, Snapshot, PriceBook, dict[str, float]]:
         if self._loaded is None:
-            from hetpool.server.services.sched_state import learned_runtimes
-
             inv = load_inventory(self.ctx, self.session)
             snap = current_snapshot(self.ctx, self.session, inv)
             self._loaded = (inv, snap, PriceBook(inv.by_kind("PriceList").values()), learned_runtimes(self.session, inv))
@@ -122,8 +120,6 @@ class _Estimator:
     def estimate(self, spec: TaskSpec) -> dict | None:
         """Where it would run (now, else on an idle estate) and what that costs; None when
         it fits nowhere."""
-        from hetpool.server.services.sched_state import with_runtime
-
         inv, snap, prices, learned = self._load()
         spec = with_runtime(spec, learned)
         options = placement_options(inv, spec)
@@ -153,6 +149,3 @@ class _Estimator:
             "estimated_cost": round(hourly * seconds / 3600, 2) if seconds is not None else None,
         }
 
-
-def _iso(ts: datetime) -> str:
-    return aware(ts).isoformat().replace("+00:00", "Z")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -11,12 +11,6 @@ from hetpool.catalog.devices import DeviceCatalog
 from hetpool.server.db.models import PlacementRow, TaskRow
 from hetpool.sim.importers.history import TaskRecord, history_from_records
 from hetpool.sim.trace import TraceTask
-
-
-def _utc(value: datetime | None) -> datetime | None:
-    if value is None:
-        return None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 def load_records(session: Session) -> list[TaskRecord]:
@@ -32,9 +26,9 @@ def load_records(session: Session) -> list[TaskRecord]:
             id=row.id,
             state=row.state,
             spec=row.spec,
-            created_at=_utc(row.created_at),
-            started_at=_utc(row.started_at),
-            finished_at=_utc(row.finished_at),
+            created_at=row.created_at,
+            started_at=row.started_at,
+            finished_at=row.finished_at,
             model=models.get((row.id, row.attempt)),
         )
         for row in session.execute(select(TaskRow)).scalars()

@@ -12,25 +12,14 @@ Callers get shallow copies of the inventory's maps and must not change the specs
 
 from __future__ import annotations
 
-import threading
-from dataclasses import dataclass, field
-
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from hetpool.scheduling.snapshot import Snapshot, build_snapshot
 from hetpool.server.db.models import InventoryObjectRow
+from hetpool.server.services.context import HotPathCache
 from hetpool.server.services.inventory import Inventory, load_inventory
-
-
-@dataclass
-class HotPathCache:
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    inventory_key: tuple | None = None
-    inventory: Inventory | None = None
-    idle_key: tuple | None = None
-    idle: Snapshot | None = None
-    inventory_loads: int = 0  # how often it was read in full (tests and benchmarks look)
+from hetpool.server.services.nodes import health_view
 
 
 def inventory_fingerprint(session: Session) -> tuple:
@@ -80,8 +69,6 @@ def cached_inventory(cache: HotPathCache, ctx, session: Session) -> tuple[Invent
 def idle_snapshot(cache: HotPathCache, session: Session, inv: Inventory, inventory_key: tuple) -> Snapshot:
     """The estate with nothing allocated: offline nodes and broken devices still excluded,
     as in `Snapshot.emptied()` of the current snapshot, without reading allocations."""
-    from hetpool.server.services.nodes import health_view
-
     offline, broken, _engine_used = health_view(session)
     key = (inventory_key, tuple(sorted(offline)), tuple(sorted((n, tuple(sorted(d))) for n, d in broken.items())))
     with cache.lock:

@@ -21,6 +21,8 @@ from hetpool.core.errors import ConflictError, SpecError
 from hetpool.server.db.models_idempotency import IdempotencyKeyRow
 from hetpool.server.services import tasks as task_service
 from hetpool.server.services.context import ServiceContext
+from hetpool.server.services.task_lifecycle import get_row
+from hetpool.server.services.task_views import task_dict
 
 HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"
@@ -50,7 +52,7 @@ def _stored(ctx: ServiceContext, session: Session, user_id: int, key: str, diges
     row = session.get(IdempotencyKeyRow, (user_id, key))
     if row is None:
         return None
-    if task_service.aware(row.created_at) <= ctx.clock.now() - KEY_TTL:
+    if row.created_at <= ctx.clock.now() - KEY_TTL:
         session.delete(row)  # expired: the key is free again
         session.flush()
         return None
@@ -75,24 +77,24 @@ def submit(ctx: ServiceContext, doc: dict, *, user_id: int, actor: str, key: str
     """Submit `doc` (kind already stripped); returns (task body, replayed)."""
     if key is None:
         with ctx.db.transaction() as session:
-            return task_service.task_dict(session, task_service.submit(ctx, session, doc, actor)), False
+            return task_dict(session, task_service.submit(ctx, session, doc, actor)), False
     check_key(key)
     digest = body_hash(doc)
     try:
         with ctx.db.transaction() as session:
             stored = _stored(ctx, session, user_id, key, digest)
             if stored is not None:
-                return task_service.task_dict(session, task_service.get_row(session, stored.task_id)), True
+                return task_dict(session, get_row(session, stored.task_id)), True
             # Lazily, per user: a user's stale keys go when they next use a new one.
             purge_expired(ctx, session, user_id)
             row = task_service.submit(ctx, session, doc, actor)
             session.add(IdempotencyKeyRow(user_id=user_id, key=key, task_id=row.id, body_hash=digest, created_at=ctx.clock.now()))
             session.flush()  # the unique (user, key) check happens here, before the task commits
-            return task_service.task_dict(session, row), False
+            return task_dict(session, row), False
     except IntegrityError:
         # A concurrent request with the same key won; its task (and body check) is the answer.
         with ctx.db.transaction() as session:
             stored = _stored(ctx, session, user_id, key, digest)
             if stored is None:
                 raise
-            return task_service.task_dict(session, task_service.get_row(session, stored.task_id)), True
+            return task_dict(session, get_row(session, stored.task_id)), True

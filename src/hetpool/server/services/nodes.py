@@ -4,7 +4,7 @@ are kept out of scheduling (see sched_state.SnapshotCache)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -21,10 +21,6 @@ from hetpool.server.services.inventory import apply_specs, delete_object, load_i
 
 READY, OFFLINE = "ready", "offline"
 HEALTH_VALUES = ("ok", "warning", "abnormal", "unknown")
-
-
-def _aware(ts: datetime) -> datetime:
-    return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
 
 
 def register(
@@ -122,7 +118,7 @@ def mark_offline(ctx: ServiceContext) -> list[str]:
     changed = []
     with ctx.db.transaction() as session:
         for row in session.execute(select(NodeStatusRow).where(NodeStatusRow.state == READY, NodeStatusRow.source == AGENT)).scalars():
-            if _aware(row.last_heartbeat_at) < cutoff:
+            if row.last_heartbeat_at < cutoff:
                 row.state = OFFLINE
                 changed.append(row.node)
                 audit.record(
@@ -158,7 +154,7 @@ def status_list(session: Session) -> list[dict]:
         {
             "node": r.node,
             "state": r.state,
-            "last_heartbeat_at": _aware(r.last_heartbeat_at).isoformat(),
+            "last_heartbeat_at": r.last_heartbeat_at.isoformat(),
             "agent_version": r.agent_version,
             "devices": r.devices,
             "source": r.source,

@@ -14,6 +14,7 @@ from hetpool.core.tasks import FrameworkRequest
 from hetpool.server.db.models import NodeStatusRow
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.inventory import load_inventory
+from hetpool.server.services.task_planning import current_snapshot
 
 # Which task types a device class takes at all (the relative-performance table then says how well).
 _CLASS_TASK_TYPES = {
@@ -27,8 +28,6 @@ MIN_USEFUL_PERF = 0.1
 
 
 def pool_profile(ctx: ServiceContext, session: Session, name: str) -> dict:
-    from hetpool.server.services.tasks import current_snapshot
-
     inv = load_inventory(ctx, session)
     spec = inv.pools.get(name)
     if spec is None:

@@ -19,6 +19,8 @@ from hetpool.scheduling.quota_view import Held
 from hetpool.scheduling.running import RunningTask
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.inventory import Inventory
+from hetpool.server.services.sched_state import learned_runtimes, running_tasks
+from hetpool.server.services.task_planning import current_snapshot
 
 
 def quota_book(inv: Inventory, running: list[RunningTask]) -> QuotaBook:
@@ -39,8 +41,6 @@ def _model(inv: Inventory, pool: str) -> str:
 
 
 def _book_now(ctx: ServiceContext, session: Session, inv: Inventory) -> QuotaBook:
-    from hetpool.server.services.sched_state import learned_runtimes, running_tasks
-
     now = ctx.clock.now()
     return quota_book(inv, running_tasks(session, inv, learned_runtimes(session, inv), now))
 
@@ -53,8 +53,6 @@ def over_quota(ctx: ServiceContext, session: Session, inv: Inventory, spec: Task
     book = _book_now(ctx, session, inv)
     if not book.applicable(spec.tenant, spec.env.value, spec.task_type.value):
         return None
-    from hetpool.server.services.tasks import current_snapshot
-
     snap = current_snapshot(ctx, session, inv)
     result = assign(snap, spec, ctx.compat.check)
     if not result.feasible:

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from hetpool.core.clock import iso_utc
 from hetpool.core.governance import ReclaimPolicySpec
 from hetpool.core.states import TaskState
 from hetpool.core.tasks import TaskTemplateSpec
@@ -29,7 +30,7 @@ from hetpool.server.db.models import InventoryObjectRow, NodeStatusRow, Placemen
 from hetpool.server.db.models_reclaim import ReclaimStateRow
 from hetpool.server.services import audit
 from hetpool.server.services.context import ServiceContext
-from hetpool.server.services.tasks import aware, get_row
+from hetpool.server.services.task_lifecycle import get_row
 
 ACTOR = "reclaimer"
 # Message prefix of a task whose devices are being taken back; the reconciler keeps such a
@@ -42,10 +43,6 @@ READY = "ready"
 class Candidate:
     facts: TaskFacts
     attempt: int
-
-
-def _iso(ts: datetime) -> str:
-    return aware(ts).isoformat().replace("+00:00", "Z")
 
 
 def load_policies(session: Session) -> list[ReclaimPolicySpec]:
@@ -82,13 +79,13 @@ def usage_sample(placements: list[PlacementRow], statuses: dict[str, NodeStatusR
     devices, times = [], []
     for p in placements:
         status = statuses.get(p.node)
-        if status is None or status.state != READY or aware(status.last_heartbeat_at) < stale_before:
+        if status is None or status.state != READY or status.last_heartbeat_at < stale_before:
             return None
         reported = {(d.get("model") or "", int(d.get("index", -1))): d for d in status.devices or []}
         for index in p.device_indices:
             found = reported.get((p.model, int(index))) or reported.get(("", int(index)))
             devices.append(DeviceUse(p.node, int(index), None if found is None else found.get("utilisation_pct")))
-        times.append(aware(status.last_heartbeat_at))
+        times.append(status.last_heartbeat_at)
     return UsageSample(min(times), tuple(devices)) if devices else None
 
 
@@ -98,8 +95,8 @@ def _notice_of(state: ReclaimStateRow | None) -> Notice | None:
     return Notice(
         cause=state.notice_cause,
         reason=state.notice_reason or "",
-        given_at=aware(state.notice_at),
-        act_at=aware(state.act_at),
+        given_at=state.notice_at,
+        act_at=state.act_at,
         action=state.action,
         policy=state.policy,
     )
@@ -132,11 +129,11 @@ def gather(ctx: ServiceContext, session: Session, now: datetime) -> list[Candida
             task_id=r.id,
             tenant=r.tenant,
             task_type=r.task_type,
-            started_at=aware(r.started_at),
+            started_at=r.started_at,
             max_runtime=r.spec.get("max_runtime") or leases.get(r.template or ""),
             devices_held=sum(len(p.device_indices) for p in held),
             sample=usage_sample(held, statuses, stale_before) if held else None,
-            idle_since=aware(state.idle_since) if state else None,
+            idle_since=state.idle_since if state else None,
             notice=_notice_of(state),
         )
         out.append(Candidate(facts, r.attempt))
@@ -163,14 +160,14 @@ def apply(ctx: ServiceContext, session: Session, candidate: Candidate, decision:
         state.notice_cause, state.notice_reason, state.action, state.policy = notice.cause, notice.reason, notice.action, notice.policy
         state.notice_at, state.act_at = notice.given_at, notice.act_at
         unless = " unless it is busy again" if notice.cause == "idle" else ""
-        row.message = f"reclaim notice: {notice.reason}; will {notice.action} at {_iso(notice.act_at)}{unless}"
-        after = {"reason": notice.reason, "cause": notice.cause, "action": notice.action, "act_at": _iso(notice.act_at), "policy": notice.policy}
+        row.message = f"reclaim notice: {notice.reason}; will {notice.action} at {iso_utc(notice.act_at)}{unless}"
+        after = {"reason": notice.reason, "cause": notice.cause, "action": notice.action, "act_at": iso_utc(notice.act_at), "policy": notice.policy}
         audit.record(action="task.reclaim_notice", before={"state": row.state, "attempt": row.attempt}, after=after, **record)
         return 1
     if decision.kind == "cancel_notice":
         state.notice_cause = state.notice_reason = state.notice_at = state.act_at = state.action = state.policy = None
         row.message = f"reclaim notice withdrawn: {decision.reason}"
-        before = {"reason": notice.reason, "action": notice.action, "act_at": _iso(notice.act_at)}
+        before = {"reason": notice.reason, "action": notice.action, "act_at": iso_utc(notice.act_at)}
         audit.record(action="task.reclaim_cancelled", before=before, after={"reason": decision.reason}, **record)
         return 1
     if decision.kind == "act":
@@ -184,7 +181,7 @@ def apply(ctx: ServiceContext, session: Session, candidate: Candidate, decision:
             row.cancel_requested = True
             row.message = reason
             target = TaskState.CANCELLED.value
-        before = {"state": row.state, "attempt": row.attempt, "notice_at": _iso(notice.given_at)}
+        before = {"state": row.state, "attempt": row.attempt, "notice_at": iso_utc(notice.given_at)}
         after = {"action": notice.action, "state": target, "reason": notice.reason, "cause": notice.cause, "policy": notice.policy}
         audit.record(action="task.reclaim", before=before, after=after, **record)
         return 1

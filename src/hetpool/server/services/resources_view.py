@@ -27,6 +27,7 @@ from hetpool.scheduling.snapshot import Snapshot, node_features
 from hetpool.server.db.models import ConnectorSyncRow, NodeStatusRow
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.inventory import Inventory, load_inventory
+from hetpool.server.services.task_planning import current_snapshot
 
 DEVICE_STATUSES = ("idle", "busy", "abnormal", "offline")
 NODE_STATES = ("ready", "draining", "drained", "down", "offline", "unknown")
@@ -233,8 +234,6 @@ def _check_names(inv: Inventory, filters: TreeFilters) -> None:
 
 
 def resource_tree(ctx: ServiceContext, session: Session, filters: TreeFilters) -> dict:
-    from hetpool.server.services.tasks import current_snapshot
-
     inv = load_inventory(ctx, session)
     _check_names(inv, filters)
     snap = current_snapshot(ctx, session, inv)

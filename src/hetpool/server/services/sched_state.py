@@ -14,12 +14,13 @@ from hetpool.core.inventory import TaskType
 from hetpool.core.specs import parse_spec
 from hetpool.core.states import ACTIVE_STATES, TaskState
 from hetpool.core.tasks import Priority, TaskSpec
-from hetpool.scheduling.forecast import end_after
+from hetpool.scheduling.cycle import QueuedTask
+from hetpool.scheduling.forecast import end_after, forecast_starts
 from hetpool.scheduling.running import RunningTask
 from hetpool.scheduling.snapshot import Allocation, Snapshot, build_snapshot
 from hetpool.server.db.models import InventoryObjectRow, PlacementRow, TaskRow
 from hetpool.server.services.inventory import Inventory
-from hetpool.server.services.tasks import aware
+from hetpool.server.services.nodes import engine_busy, health_view
 
 HISTORY_SAMPLES = 20
 
@@ -34,7 +35,7 @@ def _successful_runs(session: Session, limit: int) -> list[tuple[str, str, float
         .limit(limit)
     ).all()
     return [
-        (template, task_type, max((aware(finished) - aware(started)).total_seconds(), 0.0), model)
+        (template, task_type, max((finished - started).total_seconds(), 0.0), model)
         for template, task_type, started, finished, model in rows
         if finished is not None
     ]
@@ -76,7 +77,7 @@ def running_tasks(session: Session, inv: Inventory, learned: dict[str, float], n
     out = []
     for row in rows:
         mine = placements.get(row.id, [])
-        started = aware(row.started_at or row.admitted_at or now)
+        started = row.started_at or row.admitted_at or now
         try:
             spec = with_runtime(parse_spec(row.spec), learned)
         except Exception:  # stored before a limit existed, or written by hand: it still holds its devices
@@ -150,8 +151,6 @@ class SnapshotCache:
                 .where(TaskRow.state.in_([s.value for s in ACTIVE_STATES]))
             ).scalars()
         }
-        from hetpool.server.services.nodes import engine_busy, health_view
-
         # Liveness and device health are part of what the snapshot was built from.
         offline, broken, engine_used = health_view(session)
         external = engine_busy(engine_used, active.values(), inv.pools)
@@ -202,9 +201,6 @@ def plan_estimate(ctx, session: Session, inv: Inventory, snap: Snapshot, spec: T
     It would join behind every queued task of its priority or higher, so the forecast
     runs over those and then this one.
     """
-    from hetpool.scheduling.cycle import QueuedTask
-    from hetpool.scheduling.forecast import forecast_starts
-
     now = ctx.clock.now()
     learned = learned_runtimes(session, inv)
     running = running_tasks(session, inv, learned, now)
@@ -215,7 +211,7 @@ def plan_estimate(ctx, session: Session, inv: Inventory, snap: Snapshot, spec: T
             queued_spec = with_runtime(parse_spec(row.spec), learned)
         except Exception:  # a stale spec does not block the estimate
             continue
-        ahead.append(QueuedTask(row.id, queued_spec, aware(row.queued_at)))
+        ahead.append(QueuedTask(row.id, queued_spec, row.queued_at))
     ahead.sort(key=lambda q: (-q.spec.priority.rank, q.queued_at, q.id))
     me = QueuedTask("(plan)", with_runtime(spec, learned), now)
     models = {m.name: m for m in inv.catalog.all()}

@@ -27,11 +27,12 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
+from hetpool.core.clock import iso_utc
 from hetpool.core.states import ACTIVE_STATES, TaskState
 from hetpool.core.tasks import TaskSpec
 from hetpool.scheduling.assign import candidate_groups
@@ -42,21 +43,13 @@ from hetpool.server.db.models import ConnectorSyncRow, NodeStatusRow, PlacementR
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.hot_path import read_inventory
 from hetpool.server.services.inventory import Inventory
+from hetpool.server.services.task_planning import current_snapshot, resolve_task_spec
 
 WINDOWS = {"24h": timedelta(hours=24), "7d": timedelta(days=7)}
 DEVICE_STATES = ("busy", "idle", "abnormal", "offline")
 LONGEST_WAITING = 10
 
 
-def _aware(ts: datetime | None) -> datetime | None:
-    if ts is None:
-        return None
-    return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
-
-
-def _iso(ts: datetime | None) -> str | None:
-    ts = _aware(ts)
-    return ts.isoformat().replace("+00:00", "Z") if ts else None
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -136,7 +129,7 @@ def nodes_needing_attention(session: Session, inv: Inventory) -> list[dict]:
                 "reason": row.reason or "",
                 "source": row.source,
                 "abnormal_devices": abnormal,
-                "last_heartbeat_at": _iso(row.last_heartbeat_at),
+                "last_heartbeat_at": iso_utc(row.last_heartbeat_at),
             }
         )
     return out
@@ -163,7 +156,7 @@ def backend_health(session: Session, inv: Inventory) -> list[dict]:
                 "backend": cluster.backend.value,
                 "up": not reason,
                 "reason": reason,
-                "last_sync_at": _iso(sync.last_attempt_at) if sync else None,
+                "last_sync_at": iso_utc(sync.last_attempt_at) if sync else None,
             }
         )
     return out
@@ -171,15 +164,13 @@ def backend_health(session: Session, inv: Inventory) -> list[dict]:
 
 def capacity(ctx: ServiceContext, session: Session) -> dict:
     """Devices per pool and class by status, nodes needing attention, backend health."""
-    from hetpool.server.services.tasks import current_snapshot
-
     inv = read_inventory(ctx, session)
     snap = current_snapshot(ctx, session, inv)
     pools = pool_rows(snap)
     classes = class_rows(pools)
     totals = {key: sum(c[key] for c in classes) for key in ("total", *DEVICE_STATES)}
     return {
-        "now": _iso(ctx.clock.now()),
+        "now": iso_utc(ctx.clock.now()),
         "pools": pools,
         "classes": classes,
         "totals": {**totals, "utilisation": _ratio(totals["busy"], totals["total"])},
@@ -240,8 +231,6 @@ def candidate_pools(ctx: ServiceContext, inv: Inventory, snap: Snapshot, spec: T
 
 def waiting_tasks(ctx: ServiceContext, session: Session, inv: Inventory, snap: Snapshot, scopes: list[str] | None, now: datetime) -> list[dict]:
     """Queued tasks, oldest first, with their queue, candidate pools and wait so far."""
-    from hetpool.server.services.tasks import resolve_task_spec
-
     stmt = scoped(select(TaskRow).where(TaskRow.state == TaskState.QUEUED.value).order_by(TaskRow.queued_at, TaskRow.id), scopes)
     out = []
     # Long queues hold many tasks of the same shape (a sweep, a template): checking each
@@ -256,7 +245,7 @@ def waiting_tasks(ctx: ServiceContext, session: Session, inv: Inventory, snap: S
             except Exception:  # the inventory changed under it: the scheduler fails it on its next cycle
                 by_shape[shape] = (row.spec.get("queue") or "default"), []
         queue, pools = by_shape[shape]
-        since = _aware(row.queued_at or row.created_at)
+        since = row.queued_at or row.created_at
         pending = row.pending_explanation or {}
         out.append(
             {
@@ -267,7 +256,7 @@ def waiting_tasks(ctx: ServiceContext, session: Session, inv: Inventory, snap: S
                 "priority": row.priority,
                 "queue": pending.get("queue") or queue,
                 "pools": pools,
-                "queued_at": _iso(since),
+                "queued_at": iso_utc(since),
                 "wait_s": max(0.0, (now - since).total_seconds()),
                 "reason": pending.get("summary", ""),
             }
@@ -284,7 +273,7 @@ def _admissions(session: Session, scopes: list[str] | None, since: datetime) -> 
     )
     out = []
     for task_type, queued_at, admitted_at, pool in session.execute(scoped(stmt, scopes)).all():
-        out.append((pool, task_type, max(0.0, (_aware(admitted_at) - _aware(queued_at)).total_seconds())))
+        out.append((pool, task_type, max(0.0, (admitted_at - queued_at).total_seconds())))
     return out
 
 
@@ -333,9 +322,9 @@ def _held_intervals(session: Session, scopes: list[str] | None, since: datetime,
         if not indices:
             continue  # device-less work (CPU and memory only) holds no devices
         if state in active:  # still holding its devices: from its start (or admission) to now
-            start, end = _aware(started or admitted), now
+            start, end = started or admitted, now
         elif started is not None:  # ended (a requeued, preempted attempt has no start left)
-            start, end = _aware(started), _aware(finished) or now
+            start, end = started, finished or now
         else:
             continue
         if start is not None and end > start:
@@ -385,7 +374,7 @@ def utilisation(inv: Inventory, totals: dict[str, int], intervals, now: datetime
         "pools": pools,
         "classes": classes,
         "hourly": {
-            "hours": [_iso(h) for h in hours],
+            "hours": [iso_utc(h) for h in hours],
             "classes": {cls: [_ratio(v, class_devices[cls]) for v in hourly_used.get(cls, [0.0] * 24)] for cls in sorted(class_devices)},
         },
     }
@@ -393,8 +382,6 @@ def utilisation(inv: Inventory, totals: dict[str, int], intervals, now: datetime
 
 def workload(ctx: ServiceContext, session: Session, scopes: list[str] | None, window: str) -> dict:
     """Queues, waits, utilisation and task counts, counting only tasks within `scopes`."""
-    from hetpool.server.services.tasks import current_snapshot
-
     now = ctx.clock.now()
     since = now - WINDOWS[window]
     inv = read_inventory(ctx, session)
@@ -407,7 +394,7 @@ def workload(ctx: ServiceContext, session: Session, scopes: list[str] | None, wi
     queue_names = ["default", *sorted(inv.queues)]
     states = state_counts(session, scopes)
     return {
-        "now": _iso(now),
+        "now": iso_utc(now),
         "window": window,
         "scoped": scopes is not None,
         "states": states,

@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
+from hetpool.core.clock import iso_utc
 from hetpool.core.errors import ConflictError, NotFoundError, PermissionDeniedError, SpecError
 from hetpool.core.units import parse_duration
 from hetpool.governance import access as rules
@@ -26,6 +27,7 @@ from hetpool.server.services import audit, auth
 from hetpool.server.services.access import require
 from hetpool.server.services.auth import Principal
 from hetpool.server.services.context import ServiceContext
+from hetpool.server.services.inventory import load_inventory
 
 # ASCII only, so that "differs only in case" means the same in Python, SQLite and
 # PostgreSQL (lower() of non-ASCII depends on the database's collation) and no look-alike
@@ -39,10 +41,6 @@ MAX_TOKEN_LIFETIME = timedelta(days=3650)
 
 
 # --------------------------------------------------------------------------- helpers
-def _iso(ts: datetime | None) -> str | None:
-    return auth._aware(ts).isoformat().replace("+00:00", "Z") if ts else None
-
-
 def _user(session: Session, name: str) -> UserRow:
     # Exact match: a name keeps the case it was created with (`Admin` does not find
     # `admin`); no two names differ only in case (create_user, and a unique index).
@@ -101,8 +99,6 @@ def _raise(problems: list[dict]) -> None:
 def check_bindings(ctx: ServiceContext, session: Session, actor: Principal, raw: list, *, field: str = "bindings") -> list[Binding]:
     """Bindings to grant: valid, and on tenants that exist (a typo would grant nothing).
     The known tenants offered are those the actor may grant on, not every team's."""
-    from hetpool.server.services.inventory import load_inventory
-
     out = parse_bindings(raw, field=field)
     tenants = load_inventory(ctx, session).tenants if any(b.tenant for b in out) else {}
     known = ", ".join(sorted(t for t in tenants if rules.can_grant(actor.bindings, Binding("viewer", t)))) or "none"
@@ -165,7 +161,7 @@ def user_dict(session: Session, user: UserRow, actor: Principal | None = None, b
         shown = _visible_bindings(actor, user, bindings)
         role = role if shown == bindings else rules.summary_role(shown)  # the stored summary may name a role held elsewhere
         bindings = shown
-    return {"name": user.name, "role": role, "bindings": [b.to_dict() for b in bindings], "created_at": _iso(user.created_at)}
+    return {"name": user.name, "role": role, "bindings": [b.to_dict() for b in bindings], "created_at": iso_utc(user.created_at)}
 
 
 # ----------------------------------------------------------------------------- users
@@ -317,17 +313,17 @@ def parse_lifetime(value: str | None, now: datetime) -> datetime | None:
 
 
 def token_dict(row: ApiTokenRow, user: str, now: datetime, used: datetime | None = None) -> dict:
-    expires = auth._aware(row.expires_at) if row.expires_at else None
+    expires = row.expires_at
     state = "revoked" if row.revoked_at else "expired" if expires and expires <= now else "active"
     return {
         "id": row.id,
         "user": user,
         "label": row.label,
         "state": state,
-        "created_at": _iso(row.created_at),
-        "expires_at": _iso(expires),
-        "revoked_at": _iso(row.revoked_at),
-        "last_used_at": _iso(used),
+        "created_at": iso_utc(row.created_at),
+        "expires_at": iso_utc(expires),
+        "revoked_at": iso_utc(row.revoked_at),
+        "last_used_at": iso_utc(used),
     }
 
 
@@ -337,7 +333,7 @@ def create_token(ctx: ServiceContext, session: Session, actor: Principal, name: 
     expires_at = parse_lifetime(expires_in, now)
     token, row = auth.issue_token_row(session, user, label=label, now=now, expires_at=expires_at)
     row.created_by = actor.name  # whoever issues a token can act as its user (separation of duties)
-    after = {"user": user.name, "label": label, "expires_at": _iso(expires_at)}
+    after = {"user": user.name, "label": label, "expires_at": iso_utc(expires_at)}
     audit.record(session, actor=actor.name, action="token.create", object_kind="ApiToken", object_id=str(row.id), after=after, ts=now)
     return {**token_dict(row, user.name, now), "token": token}
 
@@ -386,7 +382,7 @@ def whoami(ctx: ServiceContext, session: Session, principal: Principal) -> dict:
     body["language"] = user_row.ui_language if user_row is not None else None
     if principal.token_id is not None:
         row = session.get(ApiTokenRow, principal.token_id)
-        body["token"] = {"id": row.id, "label": row.label, "expires_at": _iso(row.expires_at)} if row else None
+        body["token"] = {"id": row.id, "label": row.label, "expires_at": iso_utc(row.expires_at)} if row else None
     return body
 
 

@@ -52,10 +52,6 @@ def hash_session_id(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
-def _aware(ts: datetime) -> datetime:
-    return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
-
-
 def jwt_expiry(token: str) -> datetime | None:
     """The `exp` of a JWT the API has already verified (the payload is only read here)."""
     try:
@@ -75,7 +71,7 @@ def start(session: Session, principal: Principal, now: datetime, settings, *, no
     if principal.token_id is not None:
         token = session.get(ApiTokenRow, principal.token_id)
         if token is not None and token.expires_at is not None:
-            expires = min(expires, _aware(token.expires_at))
+            expires = min(expires, token.expires_at)
     if not_after is not None:
         expires = min(expires, not_after)
     row = WebSessionRow(
@@ -101,15 +97,15 @@ def resolve(session: Session, raw: str, now: datetime, settings) -> WebCaller | 
     if row is None:
         return None
     idle = timedelta(seconds=settings.web_session_idle_s)
-    ended = _aware(row.expires_at) <= now or _aware(row.last_seen_at) + idle <= now
+    ended = row.expires_at <= now or row.last_seen_at + idle <= now
     token = session.get(ApiTokenRow, row.token_id) if row.token_id is not None else None
     if row.token_id is not None:
-        ended = ended or token is None or token.revoked_at is not None or (token.expires_at is not None and _aware(token.expires_at) <= now)
+        ended = ended or token is None or token.revoked_at is not None or (token.expires_at is not None and token.expires_at <= now)
     user = None if ended else session.get(UserRow, row.user_id)
     if user is None:
         session.delete(row)
         return None
-    if now - _aware(row.last_seen_at) >= min(SEEN_RESOLUTION, idle / 10):
+    if now - row.last_seen_at >= min(SEEN_RESOLUTION, idle / 10):
         row.last_seen_at = now
     via = "session" if row.token_id is not None else "oidc"
     return WebCaller(principal_for(session, user, token_id=row.token_id, via=via), row.id)

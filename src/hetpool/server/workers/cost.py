@@ -30,9 +30,10 @@ from sqlalchemy import func, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from hetpool.core.clock import as_utc
 from hetpool.core.limits import MAX_PRICE_PER_HOUR
 from hetpool.core.states import ACTIVE_STATES, TaskState
-from hetpool.governance.cost import Allocation, Charge, PriceBook, attempt_spans, charge, split_days, tenant_levels, utc
+from hetpool.governance.cost import Allocation, Charge, PriceBook, attempt_spans, charge, split_days, tenant_levels
 from hetpool.server.db.models import AuditEventRow, PlacementRow, TaskRow
 from hetpool.server.db.models_cost import CostAccrualRow, CostLedgerRow
 from hetpool.server.services.context import ServiceContext
@@ -155,7 +156,7 @@ def _find_work(session: Session, state: _Progress, now: datetime, step_s: float)
         touched = set(session.execute(stmt.distinct()).scalars())
     touched |= state.retry
     # Open attempts that are due, and every attempt of the tasks that changed (an end is charged at once).
-    midnight = datetime.combine(utc(now).date(), time(), tzinfo=UTC)
+    midnight = datetime.combine(as_utc(now).date(), time(), tzinfo=UTC)
     due = or_(CostAccrualRow.accrued_until <= now - timedelta(seconds=step_s), CostAccrualRow.accrued_until < midnight)
     open_rows = {(r.task_id, r.attempt): r for r in session.execute(select(CostAccrualRow).where(CostAccrualRow.closed.is_(False), due)).scalars()}
     task_ids = touched | {task_id for task_id, _ in open_rows}
@@ -171,8 +172,8 @@ def _find_work(session: Session, state: _Progress, now: datetime, step_s: float)
         row = tasks.get(acc.task_id)
         holding = row is not None and row.attempt == acc.attempt and row.state in _HOLDING
         if not holding:
-            work.append(_Work(acc.task_id, acc.attempt, None if row is not None else utc(acc.accrued_until), close=True, new=False))
-        elif _due(utc(acc.accrued_until), now, step_s):
+            work.append(_Work(acc.task_id, acc.attempt, None if row is not None else acc.accrued_until, close=True, new=False))
+        elif _due(acc.accrued_until, now, step_s):
             work.append(_Work(acc.task_id, acc.attempt, now, close=False, new=False))
     # Attempts never seen: only a changed task can have one (its admission is an event).
     for task_id in touched:
@@ -220,7 +221,7 @@ def _charge_task(session: Session, inv: Inventory, book: PriceBook, task_id: str
                 continue
         until = item.until
         if until is None:
-            until = _end_of(task, item.attempt, span, utc(acc.accrued_until))
+            until = _end_of(task, item.attempt, span, acc.accrued_until)
         _advance(session, inv, book, task, acc, until, item.close)
 
 
@@ -228,12 +229,12 @@ def _new_accrual(session: Session, task: TaskRow | None, item: _Work, span: dict
     if task is None:
         return None
     if not item.close and task.admitted_at is not None:
-        start, cluster, backend = utc(task.admitted_at), task.cluster, task.backend
+        start, cluster, backend = task.admitted_at, task.cluster, task.backend
     elif span is not None:
         start, cluster, backend = span["start"], span.get("cluster") or task.cluster, span.get("backend") or task.backend
     else:  # no state events (rows written by hand): the task row knows only its latest attempt
         latest = item.attempt == task.attempt and task.admitted_at is not None
-        start, cluster, backend = utc(task.admitted_at if latest else task.updated_at), task.cluster, task.backend
+        start, cluster, backend = task.admitted_at if latest else task.updated_at, task.cluster, task.backend
     acc = CostAccrualRow(task_id=task.id, attempt=item.attempt, cluster=cluster, backend=backend, started_at=start, accrued_until=start, closed=False)
     session.add(acc)
     session.flush()  # a concurrent pass that created it first makes this fail: roll back
@@ -244,7 +245,7 @@ def _end_of(task: TaskRow | None, attempt: int, span: dict | None, accrued_until
     if span is not None and span["end"] is not None:
         return span["end"]
     if task is not None and task.attempt == attempt:  # no state events: the task row's last change
-        return max(utc(task.finished_at or task.updated_at), accrued_until)
+        return max(task.finished_at or task.updated_at, accrued_until)
     return accrued_until  # nothing known: charge nothing more
 
 
@@ -253,7 +254,7 @@ def _advance(session: Session, inv: Inventory, book: PriceBook, task: TaskRow | 
 
     An end before the mark is taken back: a pass charged an open attempt up to its own
     start time while the end, stamped a moment earlier, was not yet committed."""
-    start = utc(acc.accrued_until)
+    start = acc.accrued_until
     if until < start and not close:
         return  # the clock went backwards: wait until it passes the mark again
     acc.accrued_until = until

@@ -7,10 +7,10 @@ from collections import defaultdict
 
 from sqlalchemy import select
 
-from hetpool.backends.base import JobHandle, JobPhase, JobStatus
+from hetpool.engines.base import JobHandle, JobPhase, JobStatus
 from hetpool.core.states import TaskState
 from hetpool.server.db.models import TaskRow
-from hetpool.server.services import tasks as task_service
+from hetpool.server.services import task_lifecycle
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.inventory import load_inventory
 from hetpool.server.services.reclaim import RECLAIMED
@@ -54,51 +54,49 @@ def reconcile_once(ctx: ServiceContext) -> int:
 
 def _mark_unknown(ctx: ServiceContext, task_id: str, attempt: int, message: str) -> int:
     with ctx.db.transaction() as session:
-        row = task_service.get_row(session, task_id, for_update=True)
+        row = task_lifecycle.get_row(session, task_id, for_update=True)
         if row.attempt != attempt or row.state not in (TaskState.DISPATCHED.value, TaskState.RUNNING.value):
             return 0
-        task_service.transition(ctx, session, row, TaskState.UNKNOWN, actor=ACTOR, message=message[:500])
+        task_lifecycle.transition(ctx, session, row, TaskState.UNKNOWN, actor=ACTOR, message=message[:500])
         return 1
 
 
 def _apply(ctx: ServiceContext, task_id: str, attempt: int, status: JobStatus, cancel_requested: bool) -> int:
     with ctx.db.transaction() as session:
-        row = task_service.get_row(session, task_id, for_update=True)
+        row = task_lifecycle.get_row(session, task_id, for_update=True)
         if row.attempt != attempt or row.state not in _FOLLOWED:
             return 0
         state = TaskState(row.state)
         preempting = bool(row.preempt_reason) and not row.cancel_requested
         if preempting and status.phase == JobPhase.CANCELLED:
-            from hetpool.server.workers.scheduler import preempt_now
-
-            preempt_now(ctx, session, row, row.preempt_reason)
+            task_lifecycle.preempt_now(ctx, session, row, row.preempt_reason)
             return 1
         if cancel_requested and not preempting and status.phase.terminal:
             # A reclaim (stop) set the reason as the message; keep it rather than the generic one.
             message = row.message if row.message.startswith(RECLAIMED) else "cancelled on request"
-            task_service.transition(ctx, session, row, TaskState.CANCELLED, actor=ACTOR, message=message, exit_code=status.exit_code)
+            task_lifecycle.transition(ctx, session, row, TaskState.CANCELLED, actor=ACTOR, message=message, exit_code=status.exit_code)
             return 1
         # A job that ended on its own before a preemption took effect: record what happened.
         if status.phase in (JobPhase.RUNNING, JobPhase.PENDING) and state == TaskState.UNKNOWN:
             # The backend is back and the job is still there.
-            task_service.transition(ctx, session, row, TaskState.RUNNING, actor=ACTOR, message="backend reachable again")
+            task_lifecycle.transition(ctx, session, row, TaskState.RUNNING, actor=ACTOR, message="backend reachable again")
             return 1
         if status.phase == JobPhase.RUNNING and state == TaskState.DISPATCHED:
-            task_service.transition(ctx, session, row, TaskState.RUNNING, actor=ACTOR)
+            task_lifecycle.transition(ctx, session, row, TaskState.RUNNING, actor=ACTOR)
             return 1
         if status.phase == JobPhase.SUCCEEDED:
-            task_service.transition(ctx, session, row, TaskState.SUCCEEDED, actor=ACTOR, exit_code=status.exit_code or 0, message=status.message)
+            task_lifecycle.transition(ctx, session, row, TaskState.SUCCEEDED, actor=ACTOR, exit_code=status.exit_code or 0, message=status.message)
             return 1
         if status.phase == JobPhase.FAILED:
             message = status.message or f"exited with code {status.exit_code}"
-            task_service.transition(ctx, session, row, TaskState.FAILED, actor=ACTOR, exit_code=status.exit_code, message=message)
+            task_lifecycle.transition(ctx, session, row, TaskState.FAILED, actor=ACTOR, exit_code=status.exit_code, message=message)
             return 1
         if status.phase == JobPhase.CANCELLED:
             # Killed outside hetpool (scancel, kubectl delete …): nobody asked, so it failed.
             message = f"cancelled outside hetpool: {status.message}" if status.message else "cancelled outside hetpool (on the backend)"
-            task_service.transition(ctx, session, row, TaskState.FAILED, actor=ACTOR, exit_code=status.exit_code, message=message)
+            task_lifecycle.transition(ctx, session, row, TaskState.FAILED, actor=ACTOR, exit_code=status.exit_code, message=message)
             return 1
         if status.phase == JobPhase.LOST:
-            task_service.transition(ctx, session, row, TaskState.FAILED, actor=ACTOR, message="the backend no longer knows this job")
+            task_lifecycle.transition(ctx, session, row, TaskState.FAILED, actor=ACTOR, message="the backend no longer knows this job")
             return 1
     return 0

@@ -17,12 +17,12 @@ from sqlalchemy import select, update
 
 from hetpool.core.governance import APPROVED_OVER_QUOTA_LABEL
 from hetpool.core.states import TaskState
-from hetpool.governance.access import preemption_notice
 from hetpool.scheduling.cycle import CycleResult, QueuedTask, run_cycle
+from hetpool.server import tracing
 from hetpool.server.db.models import PlacementRow, TaskRow
 from hetpool.server.db.models_idempotency import SchedulerEpochRow
 from hetpool.server.leader import check_fence
-from hetpool.server.services import tasks as task_service
+from hetpool.server.services import task_lifecycle
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.inventory import load_inventory
 from hetpool.server.services.quota import quota_book
@@ -34,6 +34,7 @@ from hetpool.server.services.sched_state import (
     running_tasks,
     with_runtime,
 )
+from hetpool.server.services.task_planning import resolve_task_spec
 
 ACTOR = "scheduler"
 log = logging.getLogger(__name__)
@@ -70,12 +71,12 @@ def schedule_once(ctx: ServiceContext) -> CycleResult | None:
         queue, invalid = [], []
         for row in rows:
             try:
-                spec = task_service.resolve_task_spec(inv, {k: v for k, v in row.spec.items() if k != "kind"})
+                spec = resolve_task_spec(inv, {k: v for k, v in row.spec.items() if k != "kind"})
             except Exception as exc:  # inventory changed under the task, or a spec stored before a limit existed
                 invalid.append((row.id, f"spec no longer valid: {exc}"))
                 continue
             try:
-                queue.append(QueuedTask(row.id, with_runtime(spec, learned), task_service.aware(row.queued_at), quota_exempt=quota_exempt(row)))
+                queue.append(QueuedTask(row.id, with_runtime(spec, learned), row.queued_at, quota_exempt=quota_exempt(row)))
             except Exception as exc:
                 invalid.append((row.id, _set_aside_message(f"{type(exc).__name__}: {exc}")))
         pools = {p.name: p for p in inv.pools.values()}
@@ -107,9 +108,9 @@ def _fail_queued(ctx: ServiceContext, failures: list[tuple[str, str]]) -> None:
             log.warning("task %s %s", task_id, message)
         with ctx.db.transaction() as session:
             check_fence(session)
-            stale = task_service.get_row(session, task_id)
+            stale = task_lifecycle.get_row(session, task_id)
             if stale.state == TaskState.QUEUED.value:
-                task_service.transition(ctx, session, stale, TaskState.FAILED, actor=ACTOR, message=message)
+                task_lifecycle.transition(ctx, session, stale, TaskState.FAILED, actor=ACTOR, message=message)
 
 
 def _apply(ctx: ServiceContext, result: CycleResult, epoch: int, shown: dict, pools: dict, clusters: dict, aside: list) -> None:
@@ -137,7 +138,7 @@ def _apply(ctx: ServiceContext, result: CycleResult, epoch: int, shown: dict, po
                 aside.append((decision.task_id, _set_aside_message(f"{type(exc).__name__}: {exc}")))
                 continue
             for victim_id in decision.victims:
-                _request_preemption(ctx, session, victim_id, decision.task_id, decision.preemption_reason)
+                task_lifecycle.request_preemption(ctx, session, victim_id, decision.task_id, decision.preemption_reason)
             if not decision.admit:
                 explanation = {**decision.explanation, "queue": decision.queue}
                 if row.pending_explanation != explanation:
@@ -161,22 +162,25 @@ def _apply(ctx: ServiceContext, result: CycleResult, epoch: int, shown: dict, po
                         price_per_hour=p.price_per_hour,
                     )
                 )
-            task_service.transition(
-                ctx,
-                session,
-                row,
-                TaskState.ADMITTED,
-                actor=ACTOR,
-                message=decision.explanation["summary"],
-                attempt=attempt,
-                cluster=cluster.name,
-                backend=cluster.backend.value,
-                fallback_used=decision.assignment.fallback_used,
-                placement_attempts=attempts,
-                pending_explanation=None,
-                job_id=None,
-                preempt_reason=None,
-            )
+            # A child of the task's submit span (server/tracing.py): one trace per task.
+            pool = decision.assignment.placements[0].pool
+            with tracing.task_span(tracing.SPAN_ADMIT, row.id, row.trace_parent, attempt=attempt, cluster=cluster.name, pool=pool):
+                task_lifecycle.transition(
+                    ctx,
+                    session,
+                    row,
+                    TaskState.ADMITTED,
+                    actor=ACTOR,
+                    message=decision.explanation["summary"],
+                    attempt=attempt,
+                    cluster=cluster.name,
+                    backend=cluster.backend.value,
+                    fallback_used=decision.assignment.fallback_used,
+                    placement_attempts=attempts,
+                    pending_explanation=None,
+                    job_id=None,
+                    preempt_reason=None,
+                )
 
 
 def _rows_by_id(session, task_ids: list[str], chunk: int = 500) -> dict[str, TaskRow]:
@@ -193,39 +197,3 @@ def _claim_epoch(session, loaded: int) -> bool:
     so cycles apply one at a time, and only from the state they were computed on."""
     bumped = session.execute(update(SchedulerEpochRow).where(SchedulerEpochRow.id == 1, SchedulerEpochRow.epoch == loaded).values(epoch=loaded + 1))
     return bumped.rowcount == 1
-
-
-def _request_preemption(ctx: ServiceContext, session, victim_id: str, preemptor_id: str, reason: str) -> None:
-    """Ask a running task to give its devices back. Not yet dispatched: requeue at once;
-    on a backend: the reconciler stops the job first, then requeues it."""
-    victim = task_service.get_row(session, victim_id, for_update=True)
-    state = TaskState(victim.state)
-    if victim.preempt_reason or state not in (TaskState.ADMITTED, TaskState.DISPATCHED, TaskState.RUNNING, TaskState.UNKNOWN):
-        return
-    message = reason or f"preempted by {preemptor_id}"
-    preemptor = session.get(TaskRow, preemptor_id)
-    if preemptor is not None:  # the victim's readers see this message: no other tenant's task id or path
-        message = preemption_notice(victim.tenant, preemptor.tenant, preemptor_id, message)
-    if state == TaskState.ADMITTED:
-        preempt_now(ctx, session, victim, message)
-    else:
-        victim.preempt_reason = message
-        from hetpool.server.services import audit
-
-        audit.record(
-            session,
-            actor=ACTOR,
-            action="task.preempt_requested",
-            object_kind="Task",
-            object_id=victim.id,
-            after={"reason": message},
-            ts=ctx.clock.now(),
-        )
-
-
-def preempt_now(ctx: ServiceContext, session, victim: TaskRow, message: str) -> None:
-    """Record the preemption and put the task back in its queue (keeping its age)."""
-    task_service.transition(
-        ctx, session, victim, TaskState.PREEMPTED, actor=ACTOR, message=message, preemptions=victim.preemptions + 1, started_at=None
-    )
-    task_service.transition(ctx, session, victim, TaskState.QUEUED, actor=ACTOR, message=message, preempt_reason=None, job_id=None)

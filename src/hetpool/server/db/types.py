@@ -1,0 +1,34 @@
+"""Column types shared by the models.
+
+`UTCDateTime` is the one timestamp column type. Every datetime the server writes is an
+instant in UTC, and every one it reads back is an aware UTC datetime, on SQLite and
+PostgreSQL alike — so services compare and subtract timestamps without converting them.
+
+Why a type: SQLite has no time zone type. SQLAlchemy's DateTime stores the wall-clock
+text without the offset and reads it back naive, while PostgreSQL's TIMESTAMPTZ reads it
+back aware (in the session's zone). Writing UTC and tagging what comes back keeps both
+the same. The column stays `DateTime(timezone=True)` in the schema: no migration.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import DateTime
+from sqlalchemy.types import TypeDecorator
+
+
+class UTCDateTime(TypeDecorator):
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect) -> datetime | None:
+        # A naive value is taken to be UTC already (what SQLite handed back before this type).
+        if value is None:
+            return None
+        return value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
+
+    def process_result_value(self, value: datetime | None, dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)

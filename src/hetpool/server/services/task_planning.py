@@ -1,0 +1,154 @@
+"""Where a task could run: its spec resolved against the inventory, the live snapshot, the
+placement the scheduler would choose (now and on an idle estate), and whether the engine
+behind that placement can do what the task needs.
+
+Read-only: nothing here writes a row. `tasks.plan` and `tasks.submit` put these pieces
+together with approvals and budgets; approvals, quotas and the views reuse them.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from hetpool.core.errors import SpecError
+from hetpool.core.specs import parse_spec
+from hetpool.core.states import ACTIVE_STATES
+from hetpool.core.tasks import TaskSpec, apply_template
+from hetpool.core.tenancy import tenant_ancestors
+from hetpool.core.units import format_duration
+from hetpool.engines.base import capabilities
+from hetpool.engines.registry import backend_class, capability_gaps
+from hetpool.scheduling.assign import assign
+from hetpool.scheduling.estimate import cost_per_hour, runtime_on
+from hetpool.scheduling.explain import explanation
+from hetpool.scheduling.queueing import route
+from hetpool.scheduling.snapshot import Allocation, Snapshot, build_snapshot
+from hetpool.server.db.models import PlacementRow, TaskRow
+from hetpool.server.services.context import ServiceContext
+from hetpool.server.services.inventory import Inventory
+from hetpool.server.services.nodes import engine_busy, health_view
+
+
+def resolve_task_spec(inv: Inventory, raw: dict[str, Any]) -> TaskSpec:
+    """Raw task fields → TaskSpec, with the template's defaults and references checked."""
+    if not isinstance(raw, dict):
+        raise SpecError("a task is a mapping with kind: Task")
+    raw = {"kind": "Task", **raw}
+    template_name = raw.get("template")
+    if template_name:
+        template = inv.templates.get(template_name)
+        if template is None:
+            known = ", ".join(sorted(inv.templates)) or "none"
+            raise SpecError(
+                f"template: unknown template {template_name!r}; known: {known}",
+                details=[{"loc": "template", "msg": f"unknown template; known: {known}"}],
+            )
+        raw = apply_template(raw, template)
+    spec = parse_spec(raw)
+    if spec.tenant not in inv.tenants:
+        # The caller may submit to this path, so it holds a role on an existing ancestor (or
+        # everywhere): offer that ancestor's subtree, never every team of the estate.
+        root = next((t for t in reversed(tenant_ancestors(spec.tenant)) if t in inv.tenants), None)
+        known = ", ".join(sorted(t for t in inv.tenants if root is None or t == root or t.startswith(root + "/"))) or "none"
+        raise SpecError(f"tenant: unknown tenant {spec.tenant!r}; known: {known}", details=[{"loc": "tenant", "msg": "unknown tenant"}])
+    if spec.queue and spec.queue != "default" and spec.queue not in inv.queues:
+        known = ", ".join(["default", *sorted(inv.queues)])
+        raise SpecError(f"queue: unknown queue {spec.queue!r}; known: {known}", details=[{"loc": "queue", "msg": f"unknown queue; known: {known}"}])
+    if spec.per_worker.devices is not None:
+        for i, model in enumerate(spec.per_worker.devices.models):
+            if model not in inv.catalog:
+                raise SpecError(f"per_worker.devices.models[{i}]: unknown device model {model!r}")
+    return spec
+
+
+def active_allocations(session: Session) -> list[Allocation]:
+    rows = session.execute(
+        select(PlacementRow)
+        .join(TaskRow, (PlacementRow.task_id == TaskRow.id) & (PlacementRow.attempt == TaskRow.attempt))
+        .where(TaskRow.state.in_([s.value for s in ACTIVE_STATES]))
+    ).scalars()
+    return [
+        Allocation(
+            node=r.node, pool=r.pool, device_indices=tuple(r.device_indices), device_fraction=r.device_fraction, cpu=r.cpu, memory_gb=r.memory_gb
+        )
+        for r in rows
+    ]
+
+
+def current_snapshot(ctx: ServiceContext, session: Session, inv: Inventory) -> Snapshot:
+    models = {m.name: m for m in inv.catalog.all()}
+    offline, broken, engine_used = health_view(session)  # offline nodes and abnormal devices never take work
+    allocations = active_allocations(session)
+    return build_snapshot(
+        list(inv.clusters.values()),
+        list(inv.nodes.values()),
+        list(inv.pools.values()),
+        models,
+        allocations,
+        unhealthy_nodes=offline,
+        unhealthy_devices=broken,
+        external_busy=engine_busy(engine_used, allocations, inv.pools),
+    )
+
+
+def placement_options(inv: Inventory, spec: TaskSpec) -> dict:
+    """What the scheduler applies to this task beyond its spec: its queue's pools and its
+    device class's placement rule (so that plan and the scheduler agree)."""
+    queue = route(spec, list(inv.queues.values()))
+    demand = spec.per_worker.devices
+    rule = inv.policy.rule(demand.device_class if demand else None)
+    return {"allowed_pools": set(queue.pools) or None, "placement": rule.placement}
+
+
+def plan_spec(ctx: ServiceContext, inv: Inventory, snap: Snapshot, spec: TaskSpec) -> dict:
+    options = placement_options(inv, spec)
+    result = assign(snap, spec, ctx.compat.check, **options)
+    fits_when_idle = result.feasible or assign(snap.emptied(), spec, ctx.compat.check, **options).feasible
+    body = {
+        "feasible": result.feasible,
+        "fits_when_idle": fits_when_idle,
+        "placements": [p.to_dict() for p in result.placements],
+        "fallback_used": result.fallback_used,
+        "chosen": result.chosen,
+        "reasons": dict(result.reasons) if not result.feasible else {},
+        "explanation": explanation(result, fits_when_idle, nodes=len(snap.node_names)),
+    }
+    if result.feasible:
+        model = inv.catalog.get(result.placements[0].model) if result.placements[0].model in inv.catalog else None
+        seconds = runtime_on(spec, model)
+        hourly = cost_per_hour(result.placements)
+        body["estimated_runtime_s"] = seconds
+        body["estimated_runtime"] = format_duration(seconds)
+        body["cost_per_hour"] = hourly
+        body["estimated_cost"] = round(hourly * seconds / 3600, 2) if seconds is not None else None
+        body["estimated_wait_s"] = 0
+        body["backend"] = backend_fit(inv, spec, result.placements)
+    return body
+
+
+def backend_fit(inv: Inventory, spec: TaskSpec, placements) -> dict:
+    """Which backend would run the placement, what it declares, and what it cannot do here
+    (with the reason), so that plan says so before dispatch fails."""
+    pool = inv.pools.get(placements[0].pool)
+    cluster = inv.clusters.get(pool.cluster) if pool else None
+    if cluster is None:
+        return {}
+    kind = cluster.backend.value
+    needs = {"log-streaming": "logs -f"}
+    per_node = Counter(p.node for p in placements)
+    if len(per_node) > 1:
+        needs["gang"] = f"{len(placements)} workers on {len(per_node)} nodes start together"
+        if len(set(per_node.values())) > 1:
+            needs["uneven-gang"] = ", ".join(f"{n}: {c}" for n, c in sorted(per_node.items()))
+    if any(p.device_fraction < 1 for p in placements):
+        needs["fractional-devices"] = "the task asks for a slice of a device"
+    try:
+        declared = capabilities(backend_class(kind))
+        gaps = capability_gaps(kind, dict(cluster.backend_config), needs)
+    except LookupError as exc:
+        return {"cluster": cluster.name, "kind": kind, "unsupported": [{"capability": "backend", "reason": str(exc)}]}
+    return {"cluster": cluster.name, "kind": kind, "capabilities": declared, "unsupported": gaps}
