@@ -120,7 +120,7 @@ def candidate_groups(snap: Snapshot, task: TaskSpec) -> list[_Group]:
         tuple(task.any_of),
         tuple(task.fallback),
     )
-    cache = snap.__dict__.setdefault("_group_cache", {})
+    cache = snap.group_cache
     if key not in cache:
         cache[key] = _candidate_groups(snap, task)
     return cache[key]

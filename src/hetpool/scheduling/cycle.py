@@ -17,13 +17,13 @@ from datetime import datetime
 import numpy as np
 
 from hetpool.core.inventory import DeviceModelSpec, TaskType
-from hetpool.core.policy import QueueSpec, SchedulingPolicySpec
+from hetpool.core.policy import ClassRule, QueueSpec, SchedulingPolicySpec
 from hetpool.core.tasks import Priority, TaskSpec
 from hetpool.scheduling.assign import Assignment, assign
-from hetpool.scheduling.backfill import Reservation, earliest_fit, may_use_reserved, reserve
+from hetpool.scheduling.backfill import Reservation, earliest_fit, may_use_reserved, release_running, reserve
 from hetpool.scheduling.estimate import runtime_on
 from hetpool.scheduling.explain import explanation
-from hetpool.scheduling.filters import CompatCheck
+from hetpool.scheduling.filters import CompatCheck, memoized
 from hetpool.scheduling.forecast import end_after, forecast_starts
 from hetpool.scheduling.preempt import find_victims
 from hetpool.scheduling.queueing import FairShare, QueueOrder, effective_rank, route, tenant_weight
@@ -66,24 +66,6 @@ class CycleResult:
         return [d for d in self.decisions if d.admit]
 
 
-def memoized(compat_check: CompatCheck, cache: dict | None = None) -> CompatCheck:
-    """Compatibility verdicts per (model, stack, framework request).
-
-    Many queued tasks ask for the same framework spec; a pool's stack object is shared
-    by all its rows and by every copy of the snapshot, so its id() is a safe key for as
-    long as the snapshot lives — which is where the cache is kept (see run_cycle).
-    """
-    cache = {} if cache is None else cache
-
-    def check(model, stack, framework, *, has_image: bool = False):
-        key = (model.name, id(stack), framework.cache_key if framework else "", has_image)
-        if key not in cache:
-            cache[key] = compat_check(model, stack, framework, has_image=has_image)
-        return cache[key]
-
-    return check
-
-
 def shape_key(spec: TaskSpec, queue: QueueSpec, tenant_matters: bool) -> str:
     """What decides where a task can go. Capacity only shrinks within a cycle, so once a
     shape fails, every later task of the same shape fails too — and is skipped cheaply.
@@ -104,12 +86,7 @@ def _fair_share(snapshot: Snapshot, running: list[RunningTask], weights: dict[st
 
 def _units(snapshot: Snapshot, pool: str, devices: float) -> float:
     """Devices in reference-device units (an H800 counts for more than a T4)."""
-    factors = snapshot.__dict__.get("_unit_factors")
-    if factors is None:
-        factors = snapshot.__dict__["_unit_factors"] = {
-            p.name: 0.0 if p.model.device_class == "cpu" else p.model.perf_for(TaskType.GENERAL) for p in snapshot.pools
-        }
-    return devices * factors.get(pool, 0.0)
+    return devices * snapshot.unit_factors.get(pool, 0.0)
 
 
 @dataclass
@@ -120,6 +97,7 @@ class _Blame:
 
 
 REASON_SET_ASIDE = "set aside"
+REASON_QUOTA = "quota exceeded"
 # At most this many re-runs per cycle: an error that every task hits (a fault of shared
 # data, not of one task) would otherwise cost one full cycle per queued task. Past it, the
 # cycle returns only the tasks set aside so far; the next pass goes on from there.
@@ -162,6 +140,75 @@ def run_cycle(snapshot: Snapshot, queue: list[QueuedTask], compat_check: CompatC
     return result
 
 
+@dataclass
+class CycleInputs:
+    """What one cycle reads and never changes (besides `quota`, the book it charges)."""
+
+    snapshot: Snapshot
+    compat_check: CompatCheck  # memoised on the snapshot
+    now: datetime
+    policy: SchedulingPolicySpec
+    models: dict[str, DeviceModelSpec]
+    running: list[RunningTask]
+    quota: object | None  # a governance.quota.QuotaBook; None: no quotas
+    blame: _Blame
+
+
+@dataclass
+class CycleState:
+    """The working state of one cycle, changed as each head is decided."""
+
+    working: Snapshot  # capacity left after this cycle's admissions
+    fair: FairShare
+    order: QueueOrder
+    tenant_matters: bool  # pools reserved for tenants: the tenant is part of a task's shape
+    releasing: list[RunningTask]  # preempted earlier, still giving their devices back
+    lowest_preemptible: int  # cheap guard before scanning running work for victims on every waiting task
+    failed_shapes: dict[str, Decision] = field(default_factory=dict)
+    idle_fits: dict[str, bool] = field(default_factory=dict)  # per shape: fits the idle estate
+    reservations: dict[str, Reservation] = field(default_factory=dict)  # per queue: its blocked head's reservation
+    reserved_masks: dict[str, np.ndarray] = field(default_factory=dict)  # per reserving task: its nodes
+    evicting: set[str] = field(default_factory=set)
+    decisions: list[Decision] = field(default_factory=list)
+    waiting: list[QueuedTask] = field(default_factory=list)
+    # Work admitted earlier in this cycle, as running work with its expected end, so that
+    # reservation start times and wait-for-preferred count on it ending (the latter also
+    # counts the work already waiting for the same devices: see _prefer_waiting).
+    admitted_now: list[RunningTask] = field(default_factory=list)
+    may_use: dict[tuple, bool] = field(default_factory=dict)
+    banked: dict[str, float] = field(default_factory=dict)  # device-seconds waiting for each preferred model (see _prefer_waiting)
+    by_pool: dict[str, list[RunningTask]] = field(default_factory=dict)  # running work (and this cycle's admissions) per pool
+    borrowers: list[tuple[QueueSpec, QueuedTask]] = field(default_factory=list)
+    deferring_done: bool = False  # every non-borrowing head has been decided
+    idle_snapshot: Snapshot | None = None
+
+    def idle(self, snapshot: Snapshot) -> Snapshot:
+        if self.idle_snapshot is None:
+            self.idle_snapshot = snapshot.emptied()
+        return self.idle_snapshot
+
+    def wait(self, item: QueuedTask, decision: Decision) -> None:
+        self.decisions.append(decision)
+        self.waiting.append(item)
+
+
+@dataclass
+class Candidate:
+    """One head under evaluation, with the constraints it is assigned under."""
+
+    queue: QueueSpec
+    item: QueuedTask
+    rule: ClassRule  # the policy for the task's device class
+    kwargs: dict  # assign() constraints: the queue's pools and the class's placement
+    blocking: list[Reservation]  # reservations the task may not use: it must not delay them
+    shape: str  # see shape_key, plus the reservations it is blocked by
+    target_kwargs: dict = field(default_factory=dict)  # kwargs plus the nodes `blocking` holds (set by _constrain)
+
+    @property
+    def spec(self) -> TaskSpec:
+        return self.item.spec
+
+
 def _run_cycle(
     snapshot: Snapshot,
     queue: list[QueuedTask],
@@ -179,24 +226,35 @@ def _run_cycle(
 ) -> CycleResult:
     """One scheduling cycle. `quota` (a governance.quota.QuotaBook, already charged with the
     running work) is asked before each admission; None: no quotas. `blame` is kept naming
-    the task under evaluation (see run_cycle)."""
+    the task under evaluation (see run_cycle).
+
+    Phases: open (queue order over the snapshot) → per head: nominate (constraints, known
+    outcomes) → assign (or wait for preferred devices) → quota gate → admit, or else
+    preempt / reserve → the rest behind blocked FIFO heads → estimates for the waiting."""
     started = time.perf_counter()
     blame = blame or _Blame()
     policy = policy or DEFAULT_POLICY
     # Kept on the snapshot (shared by its copies): the server and the simulator keep one
     # snapshot across cycles, so verdicts are computed once per pool and request.
-    compat_check = memoized(compat_check, snapshot.__dict__.setdefault("_compat_cache", {}))
+    compat_check = memoized(compat_check, snapshot.compat_cache)
     models = models or {p.model.name: p.model for p in snapshot.pools}
-    running = list(running)
+    cx = CycleInputs(snapshot, compat_check, now, policy, models, list(running), quota, blame)
+    st = _open_cycle(cx, queue, list(queues), tenant_weights or {})
+    for q, item in _heads(st, blame):
+        blame.task_id = item.id
+        _decide(cx, st, q, item)
+    blame.task_id = None
+    _wait_behind_fifo_heads(st)
+    if estimate and st.waiting and policy.estimate_horizon:
+        _attach_estimates(snapshot, st.working, st.waiting, cx.running, st.decisions, compat_check, now, models, policy.estimate_horizon, blame)
+    return CycleResult(decisions=st.decisions, duration_s=time.perf_counter() - started, reservations=list(st.reservations.values()))
+
+
+def _open_cycle(cx: CycleInputs, queue: list[QueuedTask], queues: list[QueueSpec], tenant_weights: dict[str, float]) -> CycleState:
+    """Route every task to its queue and order the heads (priority with aging, fair share, age)."""
+    snapshot, running, blame, policy, now = cx.snapshot, cx.running, cx.blame, cx.policy, cx.now
     working = snapshot.copy()
-    idle_cache: list[Snapshot] = []
-
-    def idle() -> Snapshot:
-        if not idle_cache:
-            idle_cache.append(snapshot.emptied())
-        return idle_cache[0]
-
-    fair = _fair_share(snapshot, running, tenant_weights or {})
+    fair = _fair_share(snapshot, running, tenant_weights)
     routed = {}
     for item in queue:
         blame.task_id = item.id
@@ -209,216 +267,251 @@ def _run_cycle(
         tenant_of=lambda item: item.spec.tenant,
         fair=fair,
     )
-    tenant_matters = any(p.spec.reserved_for is not None for p in snapshot.pools)
-    failed_shapes: dict[str, Decision] = {}
-    idle_fits: dict[str, bool] = {}
-    reservations: dict[str, Reservation] = {}  # per queue: its blocked head's reservation
-    reserved_masks: dict[str, np.ndarray] = {}
-    evicting: set[str] = set()
-    releasing = [r for r in running if r.being_preempted]
-    # Cheap guard before scanning running work for victims on every waiting task.
-    lowest_preemptible = min((r.priority_rank for r in running if r.preemptible), default=Priority.CRITICAL.rank + 1)
-    decisions: list[Decision] = []
-    waiting: list[QueuedTask] = []
-
-    # Work admitted earlier in this cycle, as running work with its expected end, so that
-    # reservation start times and wait-for-preferred count on it ending (the latter also
-    # counts the work already waiting for the same devices: see _prefer_waiting).
-    admitted_now: list[RunningTask] = []
-    may_use: dict[tuple, bool] = {}
-    banked: dict[str, float] = {}  # device-seconds waiting for each preferred model (see _prefer_waiting)
-    by_pool: dict[str, list[RunningTask]] = {}  # running work (and this cycle's admissions) per pool
+    st = CycleState(
+        working=working,
+        fair=fair,
+        order=order,
+        tenant_matters=any(p.spec.reserved_for is not None for p in snapshot.pools),
+        releasing=[r for r in running if r.being_preempted],
+        lowest_preemptible=min((r.priority_rank for r in running if r.preemptible), default=Priority.CRITICAL.rank + 1),
+    )
     for r in running:
-        _index(by_pool, r)
+        _index(st.by_pool, r)
+    return st
 
-    def _may_use(spec: TaskSpec, reservation: Reservation) -> bool:
-        # Memoised: the answer depends only on the task's shape and runtime estimate.
-        key = (spec.placement_shape, spec.runtime_estimate, reservation.task_id)
-        if key not in may_use:
-            may_use[key] = may_use_reserved(spec, reservation, now, models)
-        return may_use[key]
 
-    borrowers: list[tuple[QueueSpec, QueuedTask]] = []
-    deferring_done = False
+def _heads(st: CycleState, blame: _Blame):
+    """Heads in queue order, then the borrowers deferred behind them."""
+    while True:
+        blame.task_id = None  # choosing the next head is no one task's evaluation
+        if (popped := st.order.pop()) is None:
+            break
+        yield popped
+    st.deferring_done = True
+    yield from st.borrowers
 
-    def next_item():
-        nonlocal deferring_done
-        while True:
-            blame.task_id = None  # choosing the next head is no one task's evaluation
-            if (popped := order.pop()) is None:
-                break
-            yield popped
-        deferring_done = True
-        yield from borrowers
 
-    for q, item in next_item():
-        blame.task_id = item.id
-        spec = item.spec
-        demand = spec.per_worker.devices
-        rule = policy.rule(demand.device_class if demand else None)
-        kwargs = {"allowed_pools": set(q.pools) or None, "placement": rule.placement}
-        # Reservations of every queue's blocked head hold against all tasks: backfill must
-        # not delay a reserved start, whichever queue the backfilling task comes from.
-        blocking = [r for r in reservations.values() if not _may_use(spec, r)]
-        constrained = bool(blocking)
-        # The same shape under the same reservation fails the same way: reuse the verdict.
-        shape = shape_key(spec, q, tenant_matters) + "|" + ",".join(r.task_id for r in blocking)
-        cached = failed_shapes.get(shape)
-        if cached is not None:
-            decisions.append(Decision(item.id, False, cached.assignment, dict(cached.explanation), q.name))
-            waiting.append(item)
-            continue
-        device_class = demand.device_class.value if demand else None
-        held_for_class = [r for r in reservations.values() if r.device_class == device_class]
-        if held_for_class and not rule.backfill:
-            # Backfill is off for this device class: nothing jumps a blocked head of its class.
-            info = {
-                "summary": f"waiting behind {held_for_class[0].task_id}: backfill is off for {device_class or 'cpu'} pools",
-                "fits_when_idle": True,
-                "reasons": {},
-                "attempts": [],
-            }
-            decisions.append(Decision(item.id, False, Assignment(False, [], False, []), info, q.name))
-            waiting.append(item)
-            continue
-        target_kwargs = kwargs
-        if constrained:
-            target_kwargs = {**kwargs, "reserved_nodes": np.logical_or.reduce([reserved_masks[r.task_id] for r in blocking])}
-        # commit: a successful placement stays taken on `working`; undone below if the task
-        # decides to wait for its preferred devices instead.
-        result = assign(working, spec, compat_check, commit=True, **target_kwargs)
+def _decide(cx: CycleInputs, st: CycleState, q: QueueSpec, item: QueuedTask) -> None:
+    """Decide one head: admit it, defer it (a borrower), or leave it waiting with its reasons."""
+    cand = _nominate(cx, st, q, item)
+    known = _known_outcome(st, cand)
+    if known is not None:
+        st.wait(item, known)
+        return
+    _constrain(st, cand)
+    result = _assign_or_wait_for_preferred(cx, st, cand)
+    if result is None:
+        return
+    if result.feasible:
+        if _passes_quota(cx, st, cand, result):
+            _admit(cx, st, cand, result)
+        return
+    _leave_waiting(cx, st, cand, result)
 
-        if result.feasible and result.fallback_used and policy.wait_for_preferred and spec.ordered and spec.runtime_estimate_s:
-            _release(working, spec, result)
-            waited = _prefer_waiting(working, spec, result, by_pool, compat_check, now, models, target_kwargs, banked)
-            if waited is None:
-                _take(working, spec, result)
-            else:
-                decisions.append(Decision(item.id, False, result, waited, q.name))
-                waiting.append(item)
-                continue
 
-        if result.feasible and quota and not item.quota_exempt:
-            verdict = quota.check(spec, held_by(result))
-            if not verdict.ok:
-                _release(working, spec, result)
-                info = {"summary": f"over quota: {verdict.reason}", "fits_when_idle": True, "reasons": {REASON_QUOTA: 1}, "attempts": []}
-                decisions.append(Decision(item.id, False, result, info, q.name))
-                waiting.append(item)
-                continue
-            if verdict.borrowing and not deferring_done:
-                # Work within its quota goes first (as in Kueue): a borrower is placed only
-                # after every non-borrowing task of this cycle, so that a lender reclaiming
-                # its quota is not overtaken by the very work it preempted.
-                _release(working, spec, result)
-                borrowers.append((q, item))
-                continue
+def _nominate(cx: CycleInputs, st: CycleState, q: QueueSpec, item: QueuedTask) -> Candidate:
+    """The constraints a head is assigned under, and its shape for reusing verdicts."""
+    spec = item.spec
+    demand = spec.per_worker.devices
+    rule = cx.policy.rule(demand.device_class if demand else None)
+    kwargs = {"allowed_pools": set(q.pools) or None, "placement": rule.placement}
+    # Reservations of every queue's blocked head hold against all tasks: backfill must
+    # not delay a reserved start, whichever queue the backfilling task comes from.
+    blocking = [r for r in st.reservations.values() if not _may_use(cx, st, spec, r)]
+    # The same shape under the same reservation fails the same way: reuse the verdict.
+    shape = shape_key(spec, q, st.tenant_matters) + "|" + ",".join(r.task_id for r in blocking)
+    return Candidate(q, item, rule, kwargs, blocking, shape)
 
-        if result.feasible:
-            if quota:
-                quota.charge(item.id, spec, held_by(result), exempt=item.quota_exempt)
-            admitted_now.append(_as_running(item.id, spec, result, now, models))
-            _index(by_pool, admitted_now[-1])
-            for p in result.placements:
-                fair.add(spec.tenant, _units(working, p.pool, len(p.device_indices) * p.device_fraction), p.cpu, p.memory_gb)
-            decisions.append(Decision(item.id, True, result, explanation(result, True), q.name, spec=spec))
-            continue
 
-        if shape not in idle_fits:
-            idle_fits[shape] = assign(idle(), spec, compat_check, **kwargs).feasible
-        info = explanation(result, idle_fits[shape], nodes=len(snapshot.node_names))
-        decision = Decision(item.id, False, result, info, q.name)
-        rank = spec.priority.rank
-        if idle_fits[shape] and releasing and _fits_after_release(working, spec, releasing, compat_check, target_kwargs):
-            # Devices are already being freed by earlier preemptions: wait for them rather
-            # than evicting more work.
-            info["summary"] = f"waiting for {len(releasing)} preempted task(s) to release their devices"
-            decisions.append(decision)
-            waiting.append(item)
-            continue
-        # A lender within its nominal quota takes back what its cohort's borrowers hold,
-        # whatever their priority (reclaim within cohort).
-        reclaim = (lambda r, spec=spec: quota.reclaimable_by(spec, r.id)) if quota and not item.quota_exempt else None
-        reclaimable = reclaim is not None and any(r.preemptible and r.id not in evicting and reclaim(r) for r in running)
-        if (
-            idle_fits[shape]
-            and rule.preemption
-            and (reclaimable or rank > lowest_preemptible)
-            and (reclaimable or any(r.priority_rank < rank and r.preemptible and r.id not in evicting for r in running))
-        ):
-            plan = find_victims(
-                working,
-                spec,
-                rank,
-                [r for r in running if r.id not in evicting],
-                compat_check,
-                allowed=lambda r: r.id not in evicting and _class_allows_preemption(snapshot, policy, r),
-                preemptor_id=item.id,
-                reclaimable=reclaim if reclaimable else None,
-                **kwargs,
-            )
-            quota_block = _quota_blocks_plan(quota, spec, plan) if plan is not None and quota and plan.victims else ""
-            if quota_block:
-                # Try again without other tenants' guaranteed work (e.g. evict this tenant's own
-                # lower-priority task instead).
-                retry = find_victims(
-                    working,
-                    spec,
-                    rank,
-                    [r for r in running if r.id not in evicting],
-                    compat_check,
-                    allowed=lambda r: (
-                        r.id not in evicting
-                        and _class_allows_preemption(snapshot, policy, r)
-                        and (r.tenant == spec.tenant or quota.is_borrowing(r.id))  # noqa: B023 (called right here)
-                    ),
-                    preemptor_id=item.id,
-                    reclaimable=reclaim if reclaimable else None,
-                    **kwargs,
-                )
-                if retry is not None and retry.victims and not _quota_blocks_plan(quota, spec, retry):
-                    plan, quota_block = retry, ""
-            if quota_block:
-                plan = None  # evicting would not make it admissible, or would take others' guaranteed quota
-                info["summary"] = f"over quota: {quota_block}"
-                info["reasons"] = {**info.get("reasons", {}), REASON_QUOTA: 1}
-            if plan is not None:
-                evicting.update(v.id for v in plan.victims)
-                decision.victims = [v.id for v in plan.victims]
-                decision.preemption_reason = plan.reason
-                what = "borrowing task(s) to reclaim its quota" if plan.reason.startswith("quota reclaimed") else "lower-priority task(s)"
-                info["summary"] = f"preempting {len(plan.victims)} {what}; starts when they have released their devices"
-                info["preempting"] = decision.victims
-                decisions.append(decision)
-                waiting.append(item)
-                continue
-        if idle_fits[shape] and q.ordering == "fifo":
-            order.block(q.name)
-        elif idle_fits[shape] and q.name not in reservations:
-            held = reserve(item.id, working, idle(), spec, running + admitted_now, compat_check, now, **kwargs)
-            if held is not None:
-                reservations[q.name] = held
-                mask = np.zeros(len(snapshot.node_names), dtype=bool)
-                mask[[snapshot.node_by_name[n] for n in held.nodes]] = True
-                reserved_masks[held.task_id] = mask
-                info["reservation"] = {"nodes": sorted(held.nodes), "start_at": held.start_at.isoformat() if held.start_at else None}
+def _constrain(st: CycleState, cand: Candidate) -> None:
+    """Keep the task off the nodes that reservations it must not delay hold."""
+    cand.target_kwargs = cand.kwargs
+    if cand.blocking:
+        masks = [st.reserved_masks[r.task_id] for r in cand.blocking]
+        cand.target_kwargs = {**cand.kwargs, "reserved_nodes": np.logical_or.reduce(masks)}
+
+
+def _may_use(cx: CycleInputs, st: CycleState, spec: TaskSpec, reservation: Reservation) -> bool:
+    # Memoised: the answer depends only on the task's shape and runtime estimate.
+    key = (spec.placement_shape, spec.runtime_estimate, reservation.task_id)
+    if key not in st.may_use:
+        st.may_use[key] = may_use_reserved(spec, reservation, cx.now, cx.models)
+    return st.may_use[key]
+
+
+def _known_outcome(st: CycleState, cand: Candidate) -> Decision | None:
+    """A wait decided without assigning: the shape already failed, or backfill is off."""
+    item, q = cand.item, cand.queue
+    cached = st.failed_shapes.get(cand.shape)
+    if cached is not None:
+        return Decision(item.id, False, cached.assignment, dict(cached.explanation), q.name)
+    demand = cand.spec.per_worker.devices
+    device_class = demand.device_class.value if demand else None
+    held_for_class = [r for r in st.reservations.values() if r.device_class == device_class]
+    if held_for_class and not cand.rule.backfill:
+        # Backfill is off for this device class: nothing jumps a blocked head of its class.
+        info = {
+            "summary": f"waiting behind {held_for_class[0].task_id}: backfill is off for {device_class or 'cpu'} pools",
+            "fits_when_idle": True,
+            "reasons": {},
+            "attempts": [],
+        }
+        return Decision(item.id, False, Assignment(False, [], False, []), info, q.name)
+    return None
+
+
+def _assign_or_wait_for_preferred(cx: CycleInputs, st: CycleState, cand: Candidate) -> Assignment | None:
+    """Assign on the working snapshot (a placement stays taken there); None: the task
+    chose to wait for its preferred devices instead (recorded)."""
+    spec, working = cand.spec, st.working
+    result = assign(working, spec, cx.compat_check, commit=True, **cand.target_kwargs)
+    if result.feasible and result.fallback_used and cx.policy.wait_for_preferred and spec.ordered and spec.runtime_estimate_s:
+        _release(working, spec, result)
+        waited = _prefer_waiting(working, spec, result, st.by_pool, cx.compat_check, cx.now, cx.models, cand.target_kwargs, st.banked)
+        if waited is None:
+            _take(working, spec, result)
         else:
-            failed_shapes[shape] = decision
-        decisions.append(decision)
-        waiting.append(item)
+            st.wait(cand.item, Decision(cand.item.id, False, result, waited, cand.queue.name))
+            return None
+    return result
 
-    blame.task_id = None
-    for q, item in order.remaining():  # behind a blocked FIFO head
+
+def _passes_quota(cx: CycleInputs, st: CycleState, cand: Candidate, result: Assignment) -> bool:
+    """Ask the quota book; when it says no (or "borrow, later"), give the placement back."""
+    item, spec, quota = cand.item, cand.spec, cx.quota
+    if not quota or item.quota_exempt:
+        return True
+    verdict = quota.check(spec, held_by(result))
+    if not verdict.ok:
+        _release(st.working, spec, result)
+        info = {"summary": f"over quota: {verdict.reason}", "fits_when_idle": True, "reasons": {REASON_QUOTA: 1}, "attempts": []}
+        st.wait(item, Decision(item.id, False, result, info, cand.queue.name))
+        return False
+    if verdict.borrowing and not st.deferring_done:
+        # Work within its quota goes first (as in Kueue): a borrower is placed only
+        # after every non-borrowing task of this cycle, so that a lender reclaiming
+        # its quota is not overtaken by the very work it preempted.
+        _release(st.working, spec, result)
+        st.borrowers.append((cand.queue, item))
+        return False
+    return True
+
+
+def _admit(cx: CycleInputs, st: CycleState, cand: Candidate, result: Assignment) -> None:
+    item, spec = cand.item, cand.spec
+    if cx.quota:
+        cx.quota.charge(item.id, spec, held_by(result), exempt=item.quota_exempt)
+    st.admitted_now.append(_as_running(item.id, spec, result, cx.now, cx.models))
+    _index(st.by_pool, st.admitted_now[-1])
+    for p in result.placements:
+        st.fair.add(spec.tenant, _units(st.working, p.pool, len(p.device_indices) * p.device_fraction), p.cpu, p.memory_gb)
+    st.decisions.append(Decision(item.id, True, result, explanation(result, True), cand.queue.name, spec=spec))
+
+
+def _leave_waiting(cx: CycleInputs, st: CycleState, cand: Candidate, result: Assignment) -> None:
+    """A head that does not fit now: wait for devices already being freed, preempt, or
+    wait holding a reservation (or blocking its FIFO queue)."""
+    item, spec, shape = cand.item, cand.spec, cand.shape
+    if shape not in st.idle_fits:
+        st.idle_fits[shape] = assign(st.idle(cx.snapshot), spec, cx.compat_check, **cand.kwargs).feasible
+    fits_idle = st.idle_fits[shape]
+    info = explanation(result, fits_idle, nodes=len(cx.snapshot.node_names))
+    decision = Decision(item.id, False, result, info, cand.queue.name)
+    if fits_idle and st.releasing and _fits_after_release(st.working, spec, st.releasing, cx.compat_check, cand.target_kwargs):
+        # Devices are already being freed by earlier preemptions: wait for them rather
+        # than evicting more work.
+        info["summary"] = f"waiting for {len(st.releasing)} preempted task(s) to release their devices"
+        st.wait(item, decision)
+        return
+    if not _preempt_for(cx, st, cand, decision, fits_idle):
+        _reserve_or_block(cx, st, cand, decision, fits_idle)
+    st.wait(item, decision)
+
+
+def _preempt_for(cx: CycleInputs, st: CycleState, cand: Candidate, decision: Decision, fits_idle: bool) -> bool:
+    """Pick victims for a head that fits the idle estate; True: it now waits for them."""
+    item, spec, quota, info = cand.item, cand.spec, cx.quota, decision.explanation
+    rank = spec.priority.rank
+    # A lender within its nominal quota takes back what its cohort's borrowers hold,
+    # whatever their priority (reclaim within cohort).
+    reclaim = (lambda r, spec=spec: quota.reclaimable_by(spec, r.id)) if quota and not item.quota_exempt else None
+    reclaimable = reclaim is not None and any(r.preemptible and r.id not in st.evicting and reclaim(r) for r in cx.running)
+    if not (
+        fits_idle
+        and cand.rule.preemption
+        and (reclaimable or rank > st.lowest_preemptible)
+        and (reclaimable or any(r.priority_rank < rank and r.preemptible and r.id not in st.evicting for r in cx.running))
+    ):
+        return False
+    reclaim = reclaim if reclaimable else None
+    plan = _victims(cx, st, cand, reclaim, only_own_or_borrowing=False)
+    quota_block = _quota_blocks_plan(quota, spec, plan) if plan is not None and quota and plan.victims else ""
+    if quota_block:
+        # Try again without other tenants' guaranteed work (e.g. evict this tenant's own
+        # lower-priority task instead).
+        retry = _victims(cx, st, cand, reclaim, only_own_or_borrowing=True)
+        if retry is not None and retry.victims and not _quota_blocks_plan(quota, spec, retry):
+            plan, quota_block = retry, ""
+    if quota_block:
+        plan = None  # evicting would not make it admissible, or would take others' guaranteed quota
+        info["summary"] = f"over quota: {quota_block}"
+        info["reasons"] = {**info.get("reasons", {}), REASON_QUOTA: 1}
+    if plan is None:
+        return False
+    st.evicting.update(v.id for v in plan.victims)
+    decision.victims = [v.id for v in plan.victims]
+    decision.preemption_reason = plan.reason
+    what = "borrowing task(s) to reclaim its quota" if plan.reason.startswith("quota reclaimed") else "lower-priority task(s)"
+    info["summary"] = f"preempting {len(plan.victims)} {what}; starts when they have released their devices"
+    info["preempting"] = decision.victims
+    return True
+
+
+def _victims(cx: CycleInputs, st: CycleState, cand: Candidate, reclaim, *, only_own_or_borrowing: bool):
+    """find_victims among the running work not already being evicted (with
+    `only_own_or_borrowing`: only the task's own tenant's work and borrowers)."""
+    spec, quota, evicting = cand.spec, cx.quota, st.evicting
+
+    def allowed(r: RunningTask) -> bool:
+        if r.id in evicting or not _class_allows_preemption(cx.snapshot, cx.policy, r):
+            return False
+        return not only_own_or_borrowing or r.tenant == spec.tenant or quota.is_borrowing(r.id)
+
+    return find_victims(
+        st.working,
+        spec,
+        spec.priority.rank,
+        [r for r in cx.running if r.id not in evicting],
+        cx.compat_check,
+        allowed=allowed,
+        preemptor_id=cand.item.id,
+        reclaimable=reclaim,
+        **cand.kwargs,
+    )
+
+
+def _reserve_or_block(cx: CycleInputs, st: CycleState, cand: Candidate, decision: Decision, fits_idle: bool) -> None:
+    """A head that could run on the idle estate blocks its FIFO queue or holds a
+    reservation (one per queue); one that could not remembers its shape as failed."""
+    q, item, spec, snapshot = cand.queue, cand.item, cand.spec, cx.snapshot
+    if fits_idle and q.ordering == "fifo":
+        st.order.block(q.name)
+    elif fits_idle and q.name not in st.reservations:
+        held = reserve(item.id, st.working, st.idle(snapshot), spec, cx.running + st.admitted_now, cx.compat_check, cx.now, **cand.kwargs)
+        if held is not None:
+            st.reservations[q.name] = held
+            mask = np.zeros(len(snapshot.node_names), dtype=bool)
+            mask[[snapshot.node_by_name[n] for n in held.nodes]] = True
+            st.reserved_masks[held.task_id] = mask
+            decision.explanation["reservation"] = {"nodes": sorted(held.nodes), "start_at": held.start_at.isoformat() if held.start_at else None}
+    else:
+        st.failed_shapes[cand.shape] = decision
+
+
+def _wait_behind_fifo_heads(st: CycleState) -> None:
+    for q, item in st.order.remaining():
         info = {"summary": f"waiting behind the head of fifo queue {q.name}", "fits_when_idle": True, "reasons": {}, "attempts": []}
-        decisions.append(Decision(item.id, False, Assignment(False, [], False, []), info, q.name))
-        waiting.append(item)
-
-    if estimate and waiting and policy.estimate_horizon:
-        _attach_estimates(snapshot, working, waiting, running, decisions, compat_check, now, models, policy.estimate_horizon, blame)
-    return CycleResult(decisions=decisions, duration_s=time.perf_counter() - started, reservations=list(reservations.values()))
-
-
-REASON_QUOTA = "quota exceeded"
+        st.wait(item, Decision(item.id, False, Assignment(False, [], False, []), info, q.name))
 
 
 def held_by(result: Assignment) -> list[Held]:
@@ -469,7 +562,6 @@ def _release(snap: Snapshot, spec: TaskSpec, result: Assignment) -> None:
 
 
 def _fits_after_release(working, spec, releasing, compat_check, kwargs) -> bool:
-    from hetpool.scheduling.backfill import release_running
 
     scratch = working.copy()
     for r in releasing:
@@ -561,9 +653,5 @@ def _attach_estimates(snapshot, working, waiting, running, decisions, compat_che
 
 
 def _as_allocations(decision: Decision):
-    from hetpool.scheduling.snapshot import Allocation
-
     for p in decision.assignment.placements:
         yield Allocation(p.node, p.pool, p.device_indices, p.device_fraction, p.cpu, p.memory_gb)
-
-

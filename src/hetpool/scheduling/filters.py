@@ -94,10 +94,7 @@ def pool_verdict(pool: PoolView, task: TaskSpec, compat_check: CompatCheck) -> P
 
 def pool_node_features(pool: PoolView) -> frozenset[str]:
     """Features at least one of the pool's nodes adds by label (rows are then checked one by one)."""
-    cached = pool.__dict__.get("_node_features")
-    if cached is None:
-        cached = pool.__dict__["_node_features"] = frozenset().union(*pool.node_features) if pool.node_features else frozenset()
-    return cached
+    return pool.label_features
 
 
 def rows_lacking_features(snap: Snapshot, pool: PoolView, rows: np.ndarray, task: TaskSpec) -> np.ndarray:
@@ -185,3 +182,21 @@ def workers_fit_per_row(snap: Snapshot, rows: np.ndarray, task: TaskSpec, fracti
 
 def class_matches(pool: PoolView, device_class: DeviceClass | None) -> bool:
     return device_class is None or pool.model.device_class == device_class
+
+
+def memoized(compat_check: CompatCheck, cache: dict | None = None) -> CompatCheck:
+    """Compatibility verdicts per (model, stack, framework request).
+
+    Many queued tasks ask for the same framework spec; a pool's stack object is shared
+    by all its rows and by every copy of the snapshot, so its id() is a safe key for as
+    long as the snapshot lives — which is where the cache is kept (see run_cycle).
+    """
+    cache = {} if cache is None else cache
+
+    def check(model, stack, framework, *, has_image: bool = False):
+        key = (model.name, id(stack), framework.cache_key if framework else "", has_image)
+        if key not in cache:
+            cache[key] = compat_check(model, stack, framework, has_image=has_image)
+        return cache[key]
+
+    return check

@@ -30,7 +30,7 @@ from hetpool.core.inventory import DeviceModelSpec
 from hetpool.core.tasks import TaskSpec
 from hetpool.scheduling.assign import WorkerPlacement, assign, candidate_groups
 from hetpool.scheduling.estimate import runtime_on
-from hetpool.scheduling.filters import CompatCheck, pool_verdict
+from hetpool.scheduling.filters import CompatCheck, memoized, pool_verdict
 from hetpool.scheduling.running import RunningTask
 from hetpool.scheduling.snapshot import Allocation, Snapshot
 
@@ -171,7 +171,6 @@ def forecast_starts(
     when given, receives task id → error for each task that could not be estimated.
     """
     errors = {} if errors is None else errors
-    from hetpool.scheduling.cycle import memoized  # deferred: cycle imports this module
 
     scratch = snap.copy()
     check = memoized(compat_check)  # the same few (model, stack, framework) verdicts, many times

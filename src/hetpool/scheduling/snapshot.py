@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import copy as _copy
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
 from hetpool.catalog.features import FeatureReport, effective_features
-from hetpool.core.inventory import ClusterSpec, DeviceModelSpec, NodeSpec, PoolSpec, SoftwareStack
+from hetpool.core.inventory import ClusterSpec, DeviceModelSpec, NodeSpec, PoolSpec, SoftwareStack, TaskType
 
 # Node labels `hetpool.io/feature.<name>: "true"` add node-level features (InfiniBand, a
 # Slurm feature, a local NVMe …) to what the node's devices offer.
@@ -46,29 +47,35 @@ class PoolView:
     stack: SoftwareStack | None
     rows: list[int] = field(default_factory=list)
     node_features: list[frozenset[str]] = field(default_factory=list)  # label features of the nodes with a row here
+    _row_array: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def name(self) -> str:
         return self.spec.name
 
-    @property
+    # Caches below are functools.cached_property: computed on first use (after the
+    # snapshot is built, when `rows`, `stack` and `node_features` no longer change).
+
+    @cached_property
     def feature_report(self) -> FeatureReport:
         """The chip's features as enabled (or not) by the pool's software stack."""
-        cached = self.__dict__.get("_features")
-        if cached is None:
-            cached = self.__dict__["_features"] = effective_features(self.model, self.stack)
-        return cached
+        return effective_features(self.model, self.stack)
 
     @property
     def features(self) -> frozenset[str]:
         return self.feature_report.features
 
+    @cached_property
+    def label_features(self) -> frozenset[str]:
+        """Features at least one of the pool's nodes adds by label."""
+        return frozenset().union(*self.node_features) if self.node_features else frozenset()
+
     @property
     def row_array(self) -> np.ndarray:
-        cached = self.__dict__.get("_row_array")
-        if cached is None or len(cached) != len(self.rows):
-            cached = self.__dict__["_row_array"] = np.array(self.rows, dtype=np.int64)
-        return cached
+        """`rows` as an array, rebuilt only when a row has been added since."""
+        if self._row_array is None or len(self._row_array) != len(self.rows):
+            self._row_array = np.array(self.rows, dtype=np.int64)
+        return self._row_array
 
 
 class DeviceMatrix:
@@ -154,6 +161,25 @@ class Snapshot:
                     perf[self.row_pool == p] = hints[self.pools[p].model.name]
             self._perf[key] = perf
         return self._perf[key]
+
+    # Memo tables of the scheduling code, as functools.cached_property: each is created on
+    # first use and copy() shares it with the copies made after that (they keep the same
+    # pools and stacks, which is what the keys stand for).
+
+    @cached_property
+    def compat_cache(self) -> dict:
+        """Compatibility verdicts per (model, stack, framework request): see filters.memoized."""
+        return {}
+
+    @cached_property
+    def group_cache(self) -> dict:
+        """Candidate pool groups per device request: see assign.candidate_groups."""
+        return {}
+
+    @cached_property
+    def unit_factors(self) -> dict[str, float]:
+        """Per pool: one device in reference-device units (an H800 counts for more than a T4; CPU pools 0)."""
+        return {p.name: 0.0 if p.model.device_class == "cpu" else p.model.perf_for(TaskType.GENERAL) for p in self.pools}
 
     def whole_free(self) -> np.ndarray:
         """Idle whole devices per row (read-only view; updated incrementally by take())."""
