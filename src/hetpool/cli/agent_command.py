@@ -9,9 +9,10 @@ import typer
 
 from hetpool import __version__
 from hetpool.cli.render import console
+from hetpool.server.schemas.agent import RegisterResponse
 
 
-def _register(client, report, pool: str | None) -> dict:
+def _register(client, report, pool: str | None) -> RegisterResponse:
     """Register the node, with DeviceModel documents for its uncatalogued devices."""
     return client.register_node(report.node, pool, __version__, report.models)
 

@@ -11,11 +11,11 @@ approvals_app = typer.Typer(help="Approval requests: tasks and quota changes wai
 
 def _subject(a: dict) -> str:
     """task/ID, or the held object (quota/NAME, budget/NAME ...), prefixed with 'delete' for a held delete."""
-    if a["kind"] == "task":
-        return f"task/{a['task_id']}"
-    document = a.get("document") or {}
-    subject = f"{str(document.get('kind') or a['kind']).lower()}/{document.get('name', '?')}"
-    return f"delete {subject}" if a.get("operation") == "delete" else subject
+    if a.kind == "task":
+        return f"task/{a.task_id}"
+    document = a.document or {}
+    subject = f"{str(document.get('kind') or a.kind).lower()}/{document.get('name', '?')}"
+    return f"delete {subject}" if a.operation == "delete" else subject
 
 
 def register(app: typer.Typer) -> None:
@@ -37,7 +37,7 @@ def register(app: typer.Typer) -> None:
         table(
             ["ID", "STATE", "SUBJECT", "TENANT", "REQUESTED BY", "EXPIRES", "REASONS"],
             [
-                [a["id"], a["state"], _subject(a), a["tenant"], a["requested_by"], a["expires_at"], "; ".join(r["message"] for r in a["reasons"])]
+                [a.id, a.state, _subject(a), a.tenant, a.requested_by, a.expires_at, "; ".join(r["message"] for r in a.reasons)]
                 for a in rows
             ],
         )
@@ -50,13 +50,13 @@ def register(app: typer.Typer) -> None:
             a = client.get_approval(approval_id)
         if emit_data(a, output):
             return
-        console.print(f"{a['id']} {a['state']}: {_subject(a)} of {a['tenant']}, requested by {a['requested_by']} (expires {a['expires_at']})")
-        for r in a["reasons"]:
+        console.print(f"{a.id} {a.state}: {_subject(a)} of {a.tenant}, requested by {a.requested_by} (expires {a.expires_at})")
+        for r in a.reasons:
             console.print(f"  - {r['message']} (policy {r['policy']})")
-        if a["reason"]:
-            console.print(f"  requester says: {a['reason']}")
-        if a["decided_by"]:
-            console.print(f"  {a['state']} by {a['decided_by']} at {a['decided_at']}{': ' + a['comment'] if a['comment'] else ''}")
+        if a.reason:
+            console.print(f"  requester says: {a.reason}")
+        if a.decided_by:
+            console.print(f"  {a.state} by {a.decided_by} at {a.decided_at}{': ' + a.comment if a.comment else ''}")
 
     @approvals_app.command("approve")
     @handles_errors
@@ -67,7 +67,7 @@ def register(app: typer.Typer) -> None:
         with _client(url, token) as client:
             a = client.decide_approval(approval_id, approve=True, comment=comment)
         if not emit_data(a, output):
-            console.print(f"{a['id']}: approved ({_subject(a)})")
+            console.print(f"{a.id}: approved ({_subject(a)})")
 
     @approvals_app.command("reject")
     @handles_errors
@@ -82,6 +82,6 @@ def register(app: typer.Typer) -> None:
         with _client(url, token) as client:
             a = client.decide_approval(approval_id, approve=False, comment=comment)
         if not emit_data(a, output):
-            console.print(f"{a['id']}: rejected ({_subject(a)})")
+            console.print(f"{a.id}: rejected ({_subject(a)})")
 
     app.add_typer(approvals_app, name="approvals")

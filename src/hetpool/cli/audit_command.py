@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from hetpool.cli.audit_offline import verify_offline
-from hetpool.cli.render import OutputFormat, console, emit_data, table
+from hetpool.cli.render import OutputFormat, console, emit_data, plain, table
 
 
 def _anchoring(result: dict) -> str:
@@ -64,7 +64,7 @@ def register(audit_app: typer.Typer) -> None:
         if not emit_data(events, output):
             table(
                 ["ID", "TIME", "ACTOR", "ACTION", "OBJECT"],
-                [[e["id"], e["ts"], e["actor"], e["action"], f"{e['object_kind']}/{e['object_id']}"] for e in events],
+                [[e.id, e.ts, e.actor, e.action, f"{e.object_kind}/{e.object_id}"] for e in events],
             )
 
     @audit_app.command("export")
@@ -126,7 +126,7 @@ def register(audit_app: typer.Typer) -> None:
             if any(v for v in (config, data_dir, database_url, key_file, checkpoints, logs)):
                 raise typer.BadParameter("--config, --data-dir, --database-url, --key-file, --checkpoints and --log go with --offline")
             with _client(url, token) as client:
-                result = client.audit_verify()
+                result = plain(client.audit_verify())  # printed as the offline verify's dict
         show_verify(result, output)
 
     @audit_app.command("checkpoint")
@@ -136,5 +136,5 @@ def register(audit_app: typer.Typer) -> None:
         with _client(url, token) as client:
             cp = client.audit_checkpoint()
         if not emit_data(cp, output):
-            what = f"checkpoint {cp['seq']} written to {cp['file']}" if cp["written"] else f"nothing new since checkpoint {cp['seq']}"
-            console.print(f"{what}: event {cp['event_id']} ({cp['events']} events), {cp['ts']}", highlight=False)
+            what = f"checkpoint {cp.seq} written to {cp.file}" if cp.written else f"nothing new since checkpoint {cp.seq}"
+            console.print(f"{what}: event {cp.event_id} ({cp.events} events), {cp.ts}", highlight=False)

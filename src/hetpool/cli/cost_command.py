@@ -44,13 +44,13 @@ def register(app: typer.Typer) -> None:
             data = client.cost_report(by=by, period=period, tenant=tenant)
         if emit_data(data, output):
             return
-        scope = f" of {data['tenant']}" if data.get("tenant") else ""
-        title = f"cost by {data['by']}{scope}, {data['period']} ({data['start']} – {data['end']}, UTC, end excluded)"
-        rows = [_sums_row(g["key"], g) for g in data["groups"]] + [_sums_row("TOTAL", t) for t in data["totals"].values()]
-        if not data["groups"]:
+        scope = f" of {data.tenant}" if data.tenant else ""
+        title = f"cost by {data.by}{scope}, {data.period} ({data.start} – {data.end}, UTC, end excluded)"
+        rows = [_sums_row(g["key"], g) for g in data.groups] + [_sums_row("TOTAL", t) for t in data.totals.values()]
+        if not data.groups:
             console.print(f"{title}: no usage recorded")
             return
-        table([data["by"].upper(), "COST", "CURRENCY", "DEVICE-H", "CPU-CORE-H", "MEM-GIB-H", "TASKS"], rows, title=title)
+        table([data.by.upper(), "COST", "CURRENCY", "DEVICE-H", "CPU-CORE-H", "MEM-GIB-H", "TASKS"], rows, title=title)
 
     @cost_app.command("ledger")
     @handles_errors
@@ -73,24 +73,24 @@ def register(app: typer.Typer) -> None:
             ["DAY", "TASK", "ATTEMPT", "RANK", "TENANT", "POOL", "FROM", "TO", "DEVICE-H", "CPU-CORE-H", "COST"],
             [
                 [
-                    r["day"],
-                    r["task_id"],
-                    r["attempt"],
-                    r["rank"],
-                    r["tenant"],
-                    r["pool"],
-                    r["interval_start"][11:19],
-                    r["interval_end"][11:19],
-                    _hours(r["device_hours"]),
-                    _hours(r["cpu_core_hours"]),
-                    f"{_money(r['cost'])} {r['currency']}",
+                    r.day,
+                    r.task_id,
+                    r.attempt,
+                    r.rank,
+                    r.tenant,
+                    r.pool,
+                    r.interval_start[11:19],
+                    r.interval_end[11:19],
+                    _hours(r.device_hours),
+                    _hours(r.cpu_core_hours),
+                    f"{_money(r.cost)} {r.currency}",
                 ]
-                for r in data["rows"]
+                for r in data.rows
             ],
-            title=f"ledger {data['period']}",
+            title=f"ledger {data.period}",
         )
-        totals = ", ".join(f"{_money(v)} {c}" for c, v in data["cost_by_currency"].items()) or "0"
-        console.print(f"rows {data['offset'] + 1 if data['rows'] else 0}–{data['offset'] + len(data['rows'])} of {data['count']}; total {totals}")
+        totals = ", ".join(f"{_money(v)} {c}" for c, v in data.cost_by_currency.items()) or "0"
+        console.print(f"rows {data.offset + 1 if data.rows else 0}–{data.offset + len(data.rows)} of {data.count}; total {totals}")
 
     @cost_app.command("budgets")
     @handles_errors
@@ -112,19 +112,19 @@ def register(app: typer.Typer) -> None:
             ["NAME", "TENANT", "PERIOD", "SPENT", "AMOUNT", "CURRENCY", "USED", "ALERTS", "HARD STOP", "STATE"],
             [
                 [
-                    b["name"],
-                    b["tenant"],
-                    b["period"],
-                    _money(b["spent"]),
-                    _money(b["amount"]),
-                    b["currency"] or "-",
-                    f"{b['fraction']:.0%}",
-                    ", ".join(f"{a['threshold']:.0%}" for a in b["alerts"]) or "-",
-                    "yes" if b["hard_stop"] else "no",
+                    b.name,
+                    b.tenant,
+                    b.period,
+                    _money(b.spent),
+                    _money(b.amount),
+                    b.currency or "-",
+                    f"{b.fraction:.0%}",
+                    ", ".join(f"{a.threshold:.0%}" for a in b.alerts) or "-",
+                    "yes" if b.hard_stop else "no",
                     "[red]invalid[/red] (-o json: why)"
-                    if b.get("invalid")
-                    else ("[red]stopped[/red]" if b["hard_stop"] else "[red]exceeded[/red]")
-                    if b["exceeded"]
+                    if b.invalid
+                    else ("[red]stopped[/red]" if b.hard_stop else "[red]exceeded[/red]")
+                    if b.exceeded
                     else "ok",
                 ]
                 for b in data

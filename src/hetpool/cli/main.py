@@ -14,10 +14,12 @@ from rich.markup import escape
 from hetpool import __version__
 from hetpool.cli.config import load_config, save_config
 from hetpool.cli.files import read_documents, read_single_task
-from hetpool.cli.render import OutputFormat, console, emit_data, err_console, placements_text, plan_report, table
+from hetpool.cli.render import OutputFormat, console, emit_data, err_console, placements_text, plain, plan_report, table
 from hetpool.client import ApiError, HetpoolClient
 from hetpool.core.errors import HetpoolError
 from hetpool.core.specs import resolve_kind
+from hetpool.server.schemas.agent import NodeStatus
+from hetpool.server.schemas.tasks import TaskResponse
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="hetpool: unified scheduling of heterogeneous compute.")
 audit_app = typer.Typer(no_args_is_help=True, help="The audit trail.")
@@ -115,8 +117,8 @@ def apply(files: list[str] = FileOpt, url: str = UrlOpt, token: str = TokenOpt, 
         results = client.apply(documents, sources)
     if not emit_data(results, output):
         for r in results:
-            suffix = f" ({r['id']})" if r.get("id") else ""
-            console.print(f"{r['kind'].lower()}/{r['name']} {r['action']}{suffix}")
+            suffix = f" ({r.id})" if r.id else ""
+            console.print(f"{r.kind.lower()}/{r.name} {r.action}{suffix}")
 
 
 @app.command()
@@ -133,13 +135,13 @@ def get(
     resolved = resolve_kind(kind)
     with _client(url, token) as client:
         items = client.list_tasks(state=state, tenant=tenant) if resolved == "Task" else client.list_objects(kind)
-        status = {s["node"]: s for s in client.node_status()} if resolved == "Node" else {}
+        status = {s.node: s for s in client.node_status()} if resolved == "Node" else {}
     if emit_data(items, output):
         return
     if resolved == "Task":
         table(
             ["ID", "NAME", "TENANT", "TYPE", "STATE", "PLACEMENT", "MESSAGE"],
-            [[t["id"], t["name"], t["tenant"], t["type"], t["state"], placements_text(t["placements"]), _task_message(t)] for t in items],
+            [[t.id, t.name, t.tenant, t.type, t.state, placements_text(t.placements), _task_message(t)] for t in items],
         )
     elif resolved == "DeviceModel":
         table(
@@ -172,18 +174,18 @@ def get(
         table(["NAME", "DESCRIPTION"], [[o["name"], o.get("description") or o.get("display_name", "")] for o in items])
 
 
-def _node_status_text(status: dict | None) -> str:
+def _node_status_text(status: NodeStatus | None) -> str:
     """ready / draining (reason) / offline …; "-" for a node nobody reports on."""
     if status is None:
         return "-"
-    abnormal = [d["index"] for d in status.get("devices", []) if d.get("health") == "abnormal"]
-    text = status["state"] + (f" ({status['reason'][:40]})" if status.get("reason") else "")
+    abnormal = [d["index"] for d in status.devices or [] if d.get("health") == "abnormal"]
+    text = status.state + (f" ({status.reason[:40]})" if status.reason else "")
     return text + (f", abnormal devices {abnormal}" if abnormal else "")
 
 
-def _task_message(task: dict) -> str:
+def _task_message(task: TaskResponse) -> str:
     """The task's message, or for a queued task why it waits."""
-    text = task.get("message") or (task.get("pending") or {}).get("summary") or ""
+    text = task.message or (task.pending or {}).get("summary") or ""
     return text[:80]
 
 
@@ -202,7 +204,7 @@ def describe(
         if resolved == "Task":
             data = client.get_task(name)
         elif resolved == "Pool":
-            data = {"spec": client.get_object(kind, name), **client.pool_profile(name)}
+            data = {"spec": client.get_object(kind, name), **plain(client.pool_profile(name))}
         else:
             data = client.get_object(kind, name)
     emit_data(data, output if output != OutputFormat.TABLE else OutputFormat.YAML)
@@ -217,7 +219,7 @@ def delete(kind: str, name: str, url: str = UrlOpt, token: str = TokenOpt) -> No
     with _client(url, token) as client:
         held = client.delete_object(kind, name)
     if held:  # an approval policy holds the delete: nothing is deleted until someone else approves
-        console.print(f"{kind}/{name} held for approval ({held['id']}); see `hetpool approvals get {held['id']}`")
+        console.print(f"{kind}/{name} held for approval ({held.id}); see `hetpool approvals get {held.id}`")
         return
     console.print(f"{kind}/{name} deleted")
 
@@ -236,7 +238,7 @@ def submit(
     with _client(url, token) as client:
         created = client.submit(task, idempotency_key=idempotency_key or f"cli-{uuid.uuid4()}")
     if not emit_data(created, output):
-        print(created["id"])
+        print(created.id)
 
 
 @app.command()
@@ -262,7 +264,7 @@ def logs(
     """Print a task's output."""
     with _client(url, token) as client:
         task = client.get_task(task_id)
-        ranks = [rank] if rank is not None else list(range(max(len(task["placements"]), 1)))
+        ranks = [rank] if rank is not None else list(range(max(len(task.placements), 1)))
         offsets = dict.fromkeys(ranks, 0)
         done: set[int] = set()
         while True:
@@ -270,13 +272,13 @@ def logs(
                 if r in done:
                     continue
                 chunk = client.logs(task_id, rank=r, offset=offsets[r])
-                if chunk["text"]:
+                if chunk.text:
                     prefix = f"[{r}] " if len(ranks) > 1 else ""
-                    for line in chunk["text"].splitlines(keepends=True):
+                    for line in chunk.text.splitlines(keepends=True):
                         sys.stdout.write(prefix + line)
                     sys.stdout.flush()
-                offsets[r] = chunk["offset"]
-                if chunk["complete"]:
+                offsets[r] = chunk.offset
+                if chunk.complete:
                     done.add(r)
             if not follow or len(done) == len(ranks):
                 break
@@ -289,7 +291,7 @@ def cancel(task_id: str, url: str = UrlOpt, token: str = TokenOpt) -> None:
     """Cancel a task; running work is stopped on its backend."""
     with _client(url, token) as client:
         task = client.cancel(task_id)
-    console.print(f"{task_id}: {'cancelling' if task['state'] in ('dispatched', 'running') else task['state']}")
+    console.print(f"{task_id}: {'cancelling' if task.state in ('dispatched', 'running') else task.state}")
 
 
 @admin_app.command("reset-token")

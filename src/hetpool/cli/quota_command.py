@@ -23,8 +23,8 @@ def register(app: typer.Typer) -> None:
         table(
             ["QUOTA", "TENANT", "ENV", "TYPE", "RESOURCE", "NOMINAL", "USED", "BORROWED", "LENT", "HEADROOM"],
             [
-                [r["quota"], r["tenant"], r["env"] or "*", r["type"] or "*", r["resource"], f"{r['nominal']:g}", f"{r['used']:g}"]
-                + [f"{r['borrowed']:g}", f"{r['lent']:g}", f"{r['headroom']:g}"]
+                [r.quota, r.tenant, r.env or "*", r.type or "*", r.resource, f"{r.nominal:g}", f"{r.used:g}"]
+                + [f"{r.borrowed:g}", f"{r.lent:g}", f"{r.headroom:g}"]
                 for r in rows
             ],
         )

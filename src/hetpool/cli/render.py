@@ -6,8 +6,11 @@ import json
 from enum import StrEnum
 
 import yaml
+from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
+
+from hetpool.server.schemas.tasks import PlanResponse
 
 # soft_wrap: long tokens, ids and messages stay on one line, so they can be copied.
 console = Console(soft_wrap=True)
@@ -20,8 +23,20 @@ class OutputFormat(StrEnum):
     YAML = "yaml"
 
 
+def plain(data):
+    """The JSON form of API models (as the server sent them: absent keys stay absent)."""
+    if isinstance(data, BaseModel):
+        return data.model_dump(mode="json", exclude_unset=True)
+    if isinstance(data, list):
+        return [plain(item) for item in data]
+    if isinstance(data, dict):
+        return {key: plain(value) for key, value in data.items()}
+    return data
+
+
 def emit_data(data, fmt: OutputFormat) -> bool:
-    """Print `data` as JSON/YAML; False when the caller should print a table."""
+    """Print `data` (API models, or plain JSON values) as JSON/YAML; False when the caller should print a table."""
+    data = plain(data)
     if fmt == OutputFormat.JSON:
         print(json.dumps(data, indent=2, ensure_ascii=False))
         return True
@@ -40,35 +55,40 @@ def table(columns: list[str], rows: list[list], title: str | None = None) -> Non
     console.print(t)
 
 
-def placements_text(placements: list[dict]) -> str:
+def placements_text(placements: list) -> str:
     parts = []
-    for p in placements:
+    for p in plain(placements):  # a task's PlacementView models or a plan's placement dicts
         devices = ",".join(str(d) for d in p.get("devices", []))
         parts.append(f"{p['node']}/{p['model']}[{devices}]" if devices else p["node"])
     return " ".join(parts)
 
 
-def plan_report(plan: dict) -> None:
-    if plan["feasible"]:
-        console.print(f"[green]feasible[/green] — {plan['explanation']['summary']}")
+def _sent(model: BaseModel, field: str, default):
+    """A field's value when the server sent it (even as null), else `default`."""
+    return getattr(model, field) if field in model.model_fields_set else default
+
+
+def plan_report(plan: PlanResponse) -> None:
+    if plan.feasible:
+        console.print(f"[green]feasible[/green] — {plan.explanation['summary']}")
         table(
             ["rank", "node", "pool", "model", "devices"],
-            [[p["rank"], p["node"], p["pool"], p["model"], ",".join(map(str, p["devices"])) or "-"] for p in plan["placements"]],
+            [[p["rank"], p["node"], p["pool"], p["model"], ",".join(map(str, p["devices"])) or "-"] for p in plan.placements],
         )
         console.print(
-            f"fallback used: {'yes' if plan['fallback_used'] else 'no'} · estimated runtime: {plan.get('estimated_runtime', '-')}"
-            f" · cost/hour: {plan.get('cost_per_hour', 0)}"
+            f"fallback used: {'yes' if plan.fallback_used else 'no'} · estimated runtime: {_sent(plan, 'estimated_runtime', '-')}"
+            f" · cost/hour: {_sent(plan, 'cost_per_hour', 0)}"
         )
-        backend = plan.get("backend") or {}
+        backend = plan.backend or {}
         if backend:
             console.print(f"runs on: {backend['kind']} backend of cluster {backend['cluster']}")
             for gap in backend.get("unsupported", []):
                 console.print(f"[red]cannot dispatch[/red]: {gap['reason']}")
     else:
-        colour = "red" if not plan["fits_when_idle"] else "yellow"
-        console.print(f"[{colour}]not feasible now[/{colour}] — {plan['explanation']['summary']}")
-        table(["reason", "count"], [[r, c] for r, c in sorted(plan["reasons"].items(), key=lambda x: -x[1])])
-    attempts = plan["explanation"]["attempts"]
+        colour = "red" if not plan.fits_when_idle else "yellow"
+        console.print(f"[{colour}]not feasible now[/{colour}] — {plan.explanation['summary']}")
+        table(["reason", "count"], [[r, c] for r, c in sorted(plan.reasons.items(), key=lambda x: -x[1])])
+    attempts = plan.explanation["attempts"]
     if attempts:
         table(
             ["candidate", "outcome", "workers fit", "reasons"],

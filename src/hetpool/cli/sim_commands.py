@@ -22,7 +22,7 @@ from typer.core import TyperCommand
 from hetpool.catalog.compat import CompatibilityKB
 from hetpool.catalog.devices import DeviceCatalog
 from hetpool.cli.files import read_documents
-from hetpool.cli.render import OutputFormat, console, emit_data, err_console
+from hetpool.cli.render import OutputFormat, console, emit_data, err_console, plain
 from hetpool.core.errors import SpecError
 from hetpool.core.inventory import ClusterSpec, DeviceModelSpec, NodeSpec, PoolSpec
 from hetpool.core.specs import parse_documents
@@ -279,7 +279,8 @@ def register(app: typer.Typer) -> None:
         if history is not None or inventory is None:
             with cli._client(url, token) as client:
                 inv = server_inventory(client) if inventory is None else offline_inventory(inventory)
-                lines = client.history_trace(history_days(history)) if history is not None else None
+                # Trace lines are parsed below as from a trace file: their JSON form.
+                lines = plain(client.history_trace(history_days(history))) if history is not None else None
         else:
             inv = offline_inventory(inventory)
         change_inventory(inv.nodes, inv.pools, inv.models, adds, removes)  # bad models / counts: fail before simulating

@@ -24,18 +24,18 @@ def register(app: typer.Typer) -> None:
         if emit_data(data, output):
             return
         if cluster:
-            states = ", ".join(f"{n} {s}" for s, n in sorted(data["states"].items())) or "no nodes"
-            console.print(f"cluster/{cluster} synced from {data['connector']}: {data['nodes']} nodes ({states})")
-            for change in data["changes"]:
+            states = ", ".join(f"{n} {s}" for s, n in sorted(data.states.items())) or "no nodes"
+            console.print(f"cluster/{cluster} synced from {data.connector}: {data.nodes} nodes ({states})")
+            for change in data.changes:
                 console.print(f"  {change['kind'].lower()}/{change['name']} {change['action']}")
-            for name in data["removed"]:
+            for name in data.removed:
                 console.print(f"  node/{name} removed")
-            for name in data["kept_down"]:
-                console.print(f"  node/{name} gone from {data['connector']}; kept as down until its work ends")
-            for warning in data["warnings"]:
+            for name in data.kept_down:
+                console.print(f"  node/{name} gone from {data.connector}; kept as down until its work ends")
+            for warning in data.warnings:
                 console.print(f"  [yellow]warning[/yellow]: {warning}")
             return
         table(
             ["CLUSTER", "CONNECTOR", "OK", "LAST ATTEMPT", "NODES", "ERROR"],
-            [[s["cluster"], s["connector"], s["ok"], s["last_attempt_at"], s["summary"].get("nodes", "-"), s["error"][:60]] for s in data],
+            [[s.cluster, s.connector, s.ok, s.last_attempt_at, s.summary.get("nodes", "-"), s.error[:60]] for s in data],
         )

@@ -37,7 +37,7 @@ def collect_bindings(role: str | None, tenant: str | None, binds: list[str] | No
 
 
 def _bindings_text(user: dict) -> str:
-    return ", ".join(f"{b['role']}@{b['tenant']}" if b["tenant"] else b["role"] for b in user["bindings"]) or "-"
+    return ", ".join(f"{b.role}@{b.tenant}" if b.tenant else b.role for b in user.bindings) or "-"
 
 
 def register(app: typer.Typer) -> None:
@@ -49,7 +49,7 @@ def register(app: typer.Typer) -> None:
 
     def _print_user(user: dict, output: OutputFormat) -> None:
         if not emit_data(user, output):
-            console.print(f"user/{user['name']}: {_bindings_text(user)}")
+            console.print(f"user/{user.name}: {_bindings_text(user)}")
 
     @users_app.command("create")
     @handles_errors
@@ -144,8 +144,8 @@ def register(app: typer.Typer) -> None:
             created = client.create_token(user, label, expires)
         if emit_data(created, output):
             return
-        print(created["token"])  # alone on stdout, for scripts
-        err_console.print(f"token {created['id']} for {created['user']}, expires {created['expires_at'] or 'never'}; shown once, keep it safe")
+        print(created.token)  # alone on stdout, for scripts
+        err_console.print(f"token {created.id} for {created.user}, expires {created.expires_at or 'never'}; shown once, keep it safe")
 
     @tokens_app.command("list")
     @handles_errors
@@ -160,7 +160,7 @@ def register(app: typer.Typer) -> None:
             tokens = client.list_tokens(user)
         if not emit_data(tokens, output):
             rows = [
-                [t["id"], t["user"], t["label"], t["state"], t["created_at"], t["expires_at"] or "never", t["last_used_at"] or "-"] for t in tokens
+                [t.id, t.user, t.label, t.state, t.created_at, t.expires_at or "never", t.last_used_at or "-"] for t in tokens
             ]
             table(["ID", "USER", "LABEL", "STATE", "CREATED", "EXPIRES", "LAST USED"], rows)
 
@@ -170,7 +170,7 @@ def register(app: typer.Typer) -> None:
         """Revoke a token (yours, or of a user you administer)."""
         with _client(url, token) as client:
             revoked = client.revoke_token(token_id)
-        console.print(f"token {revoked['id']} of {revoked['user']} revoked")
+        console.print(f"token {revoked.id} of {revoked.user} revoked")
 
     @app.command()
     @handles_errors
@@ -180,8 +180,8 @@ def register(app: typer.Typer) -> None:
             me = client.whoami()
         if emit_data(me, output):
             return
-        console.print(f"{me['name']} ({me['role'] or 'no role'}, via {me['via']}): {_bindings_text(me)}")
-        for action, scopes in me["actions"].items():
+        console.print(f"{me.name} ({me.role or 'no role'}, via {me.via}): {_bindings_text(me)}")
+        for action, scopes in me.actions.items():
             console.print(f"  {action}: {'everywhere' if scopes == '*' else ', '.join(scopes)}")
 
     app.add_typer(users_app, name="users")

@@ -1,4 +1,9 @@
-"""HTTP client for /api/v1. Errors come back as `ApiError` with the server's code and details."""
+"""HTTP client for /api/v1. Errors come back as `ApiError` with the server's code and details.
+
+Answers are parsed into the server's own response models (hetpool.server.schemas, which
+import only pydantic and hetpool.core): a server whose answers drift from its declared
+contract fails here, in a test, rather than in a command's output. Object documents
+(`kind:` + fields) stay dicts: their shape is the kind's spec."""
 
 from __future__ import annotations
 
@@ -6,6 +11,20 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+from pydantic import TypeAdapter
+
+from hetpool.server.schemas.agent import HeartbeatResponse, NodeStatus, RegisterResponse
+from hetpool.server.schemas.approvals import ApprovalResponse
+from hetpool.server.schemas.audit import AnchoredVerifyResponse, AuditEvent, CheckpointResponse
+from hetpool.server.schemas.common import ErrorResponse
+from hetpool.server.schemas.connectors import ConnectorSync, SyncResult
+from hetpool.server.schemas.cost import BudgetStatus, CostReport, Ledger
+from hetpool.server.schemas.inventory import ApplyResponse, ApplyResult, HeldChange, PoolProfile
+from hetpool.server.schemas.meta import HealthResponse
+from hetpool.server.schemas.quotas import QuotaUsage
+from hetpool.server.schemas.sim import HistoryTrace, TraceLine
+from hetpool.server.schemas.tasks import LogsResponse, PlanResponse, TaskResponse
+from hetpool.server.schemas.users import NewTokenResponse, TokenResponse, UserResponse, WhoamiResponse
 
 
 class ApiError(Exception):
@@ -15,6 +34,10 @@ class ApiError(Exception):
         self.code = code
         self.message = message
         self.details = details or []
+
+
+def _parse(model: Any, body: Any) -> Any:
+    return TypeAdapter(model).validate_python(body)
 
 
 class HetpoolClient:
@@ -41,14 +64,17 @@ class HetpoolClient:
                 body = response.json()
             except ValueError:
                 body = {"message": response.text[:500]}
+            if isinstance(body, dict) and "code" in body and "message" in body:
+                error = ErrorResponse.model_validate(body)
+                raise ApiError(response.status_code, error.code, error.message, error.details)
             raise ApiError(response.status_code, body.get("code", "error"), body.get("message") or str(body.get("detail", "")), body.get("details"))
         if response.status_code == 204:
             return None
         return response.json()
 
     # -- objects ---------------------------------------------------------------
-    def apply(self, documents: list[dict], sources: list[str] | None = None) -> list[dict]:
-        return self._request("POST", "/api/v1/apply", json={"documents": documents, "sources": sources})["results"]
+    def apply(self, documents: list[dict], sources: list[str] | None = None) -> list[ApplyResult]:
+        return ApplyResponse.model_validate(self._request("POST", "/api/v1/apply", json={"documents": documents, "sources": sources})).results
 
     def list_objects(self, kind: str) -> list[dict]:
         return self._request("GET", f"/api/v1/objects/{kind}")
@@ -56,49 +82,50 @@ class HetpoolClient:
     def get_object(self, kind: str, name: str) -> dict:
         return self._request("GET", f"/api/v1/objects/{kind}/{name}")
 
-    def delete_object(self, kind: str, name: str) -> dict | None:
+    def delete_object(self, kind: str, name: str) -> HeldChange | None:
         """None when deleted; the approval request when a policy holds the delete (202)."""
-        return self._request("DELETE", f"/api/v1/objects/{kind}/{name}")
+        held = self._request("DELETE", f"/api/v1/objects/{kind}/{name}")
+        return None if held is None else HeldChange.model_validate(held)
 
     # -- tasks -----------------------------------------------------------------
-    def plan(self, task: dict) -> dict:
-        return self._request("POST", "/api/v1/tasks/plan", json=task)
+    def plan(self, task: dict) -> PlanResponse:
+        return PlanResponse.model_validate(self._request("POST", "/api/v1/tasks/plan", json=task))
 
-    def submit(self, task: dict, idempotency_key: str | None = None, retries: int = 1) -> dict:
+    def submit(self, task: dict, idempotency_key: str | None = None, retries: int = 1) -> TaskResponse:
         """With a key, a lost connection is retried (`retries` times) with the same key:
         the server returns the task a first attempt may have created instead of a second."""
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
         for attempt in range(retries + 1 if idempotency_key else 1):
             try:
-                return self._request("POST", "/api/v1/tasks", json=task, headers=headers)
+                return TaskResponse.model_validate(self._request("POST", "/api/v1/tasks", json=task, headers=headers))
             except (httpx.TransportError, ApiError) as exc:
                 lost = isinstance(exc, httpx.TransportError) or exc.status == 0
                 if not lost or attempt == retries:
                     raise
         raise AssertionError("unreachable")
 
-    def list_tasks(self, state: str | None = None, tenant: str | None = None) -> list[dict]:
+    def list_tasks(self, state: str | None = None, tenant: str | None = None) -> list[TaskResponse]:
         params = {k: v for k, v in {"state": state, "tenant": tenant}.items() if v}
-        return self._request("GET", "/api/v1/tasks", params=params)
+        return _parse(list[TaskResponse], self._request("GET", "/api/v1/tasks", params=params))
 
-    def get_task(self, task_id: str) -> dict:
-        return self._request("GET", f"/api/v1/tasks/{task_id}")
+    def get_task(self, task_id: str) -> TaskResponse:
+        return TaskResponse.model_validate(self._request("GET", f"/api/v1/tasks/{task_id}"))
 
-    def cancel(self, task_id: str) -> dict:
-        return self._request("POST", f"/api/v1/tasks/{task_id}/cancel")
+    def cancel(self, task_id: str) -> TaskResponse:
+        return TaskResponse.model_validate(self._request("POST", f"/api/v1/tasks/{task_id}/cancel"))
 
-    def logs(self, task_id: str, rank: int = 0, offset: int = 0) -> dict:
-        return self._request("GET", f"/api/v1/tasks/{task_id}/logs", params={"rank": rank, "offset": offset})
+    def logs(self, task_id: str, rank: int = 0, offset: int = 0) -> LogsResponse:
+        return LogsResponse.model_validate(self._request("GET", f"/api/v1/tasks/{task_id}/logs", params={"rank": rank, "offset": offset}))
 
     # -- audit -----------------------------------------------------------------
-    def audit_events(self, **filters: Any) -> list[dict]:
-        return self._request("GET", "/api/v1/audit", params={k: v for k, v in filters.items() if v is not None})
+    def audit_events(self, **filters: Any) -> list[AuditEvent]:
+        return _parse(list[AuditEvent], self._request("GET", "/api/v1/audit", params={k: v for k, v in filters.items() if v is not None}))
 
-    def audit_verify(self) -> dict:
-        return self._request("GET", "/api/v1/audit/verify")
+    def audit_verify(self) -> AnchoredVerifyResponse:
+        return AnchoredVerifyResponse.model_validate(self._request("GET", "/api/v1/audit/verify"))
 
-    def audit_checkpoint(self) -> dict:
-        return self._request("POST", "/api/v1/audit/checkpoints")
+    def audit_checkpoint(self) -> CheckpointResponse:
+        return CheckpointResponse.model_validate(self._request("POST", "/api/v1/audit/checkpoints"))
 
     def audit_export(self, fmt: str = "jsonl", **filters: Any) -> Iterator[bytes]:
         """The export as it streams in (JSON lines or CSV), filtered like `audit_events`."""
@@ -114,86 +141,91 @@ class HetpoolClient:
             raise ApiError(0, "unreachable", f"cannot reach the hetpool server at {self._http.base_url}: {exc}") from None
 
     # -- simulation --------------------------------------------------------------
-    def history_trace(self, days: float = 30) -> list[dict]:
+    def history_trace(self, days: float = 30) -> list[TraceLine]:
         """Finished tasks of the last `days` days as trace lines (TraceTask.to_json())."""
-        return self._request("GET", "/api/v1/sim/history", params={"days": days})["tasks"]
+        return HistoryTrace.model_validate(self._request("GET", "/api/v1/sim/history", params={"days": days})).tasks
 
     # -- agents ----------------------------------------------------------------
-    def register_node(self, node: dict, pool: str | None, agent_version: str, models: list[dict] | None = None) -> dict:
+    def register_node(self, node: dict, pool: str | None, agent_version: str, models: list[dict] | None = None) -> RegisterResponse:
         body = {"node": node, "pool": pool, "agent_version": agent_version, "models": models or []}
-        return self._request("POST", "/api/v1/agent/register", json=body)
+        return RegisterResponse.model_validate(self._request("POST", "/api/v1/agent/register", json=body))
 
-    def heartbeat(self, node: str, devices: list[dict], agent_version: str) -> dict:
-        return self._request("POST", "/api/v1/agent/heartbeat", json={"node": node, "devices": devices, "agent_version": agent_version})
+    def heartbeat(self, node: str, devices: list[dict], agent_version: str) -> HeartbeatResponse:
+        body = {"node": node, "devices": devices, "agent_version": agent_version}
+        return HeartbeatResponse.model_validate(self._request("POST", "/api/v1/agent/heartbeat", json=body))
 
-    def quota_usage(self) -> list[dict]:
-        return self._request("GET", "/api/v1/quotas/usage")
+    def quota_usage(self) -> list[QuotaUsage]:
+        return _parse(list[QuotaUsage], self._request("GET", "/api/v1/quotas/usage"))
 
-    def pool_profile(self, name: str) -> dict:
-        return self._request("GET", f"/api/v1/pools/{name}/profile")
+    def pool_profile(self, name: str) -> PoolProfile:
+        return PoolProfile.model_validate(self._request("GET", f"/api/v1/pools/{name}/profile"))
 
-    def sync_cluster(self, name: str) -> dict:
-        return self._request("POST", f"/api/v1/clusters/{name}/sync")
+    def sync_cluster(self, name: str) -> SyncResult:
+        return SyncResult.model_validate(self._request("POST", f"/api/v1/clusters/{name}/sync"))
 
-    def connector_syncs(self) -> list[dict]:
-        return self._request("GET", "/api/v1/connectors")
+    def connector_syncs(self) -> list[ConnectorSync]:
+        return _parse(list[ConnectorSync], self._request("GET", "/api/v1/connectors"))
 
-    def node_status(self) -> list[dict]:
-        return self._request("GET", "/api/v1/nodes/status")
+    def node_status(self) -> list[NodeStatus]:
+        return _parse(list[NodeStatus], self._request("GET", "/api/v1/nodes/status"))
 
-    def health(self) -> dict:
-        return self._request("GET", "/healthz")
+    def health(self) -> HealthResponse:
+        return HealthResponse.model_validate(self._request("GET", "/healthz"))
 
     # -- approvals -------------------------------------------------------------
-    def list_approvals(self, state: str | None = None) -> list[dict]:
-        return self._request("GET", "/api/v1/approvals", params={"state": state} if state else {})
+    def list_approvals(self, state: str | None = None) -> list[ApprovalResponse]:
+        return _parse(list[ApprovalResponse], self._request("GET", "/api/v1/approvals", params={"state": state} if state else {}))
 
-    def get_approval(self, approval_id: str) -> dict:
-        return self._request("GET", f"/api/v1/approvals/{approval_id}")
+    def get_approval(self, approval_id: str) -> ApprovalResponse:
+        return ApprovalResponse.model_validate(self._request("GET", f"/api/v1/approvals/{approval_id}"))
 
-    def decide_approval(self, approval_id: str, *, approve: bool, comment: str = "") -> dict:
-        return self._request("POST", f"/api/v1/approvals/{approval_id}/{'approve' if approve else 'reject'}", json={"comment": comment})
+    def decide_approval(self, approval_id: str, *, approve: bool, comment: str = "") -> ApprovalResponse:
+        path = f"/api/v1/approvals/{approval_id}/{'approve' if approve else 'reject'}"
+        return ApprovalResponse.model_validate(self._request("POST", path, json={"comment": comment}))
 
     # -- users and tokens --------------------------------------------------------
-    def whoami(self) -> dict:
-        return self._request("GET", "/api/v1/whoami")
+    def whoami(self) -> WhoamiResponse:
+        return WhoamiResponse.model_validate(self._request("GET", "/api/v1/whoami"))
 
-    def create_user(self, name: str, bindings: list[dict]) -> dict:
-        return self._request("POST", "/api/v1/users", json={"name": name, "bindings": bindings})
+    def create_user(self, name: str, bindings: list[dict]) -> UserResponse:
+        return UserResponse.model_validate(self._request("POST", "/api/v1/users", json={"name": name, "bindings": bindings}))
 
-    def list_users(self) -> list[dict]:
-        return self._request("GET", "/api/v1/users")
+    def list_users(self) -> list[UserResponse]:
+        return _parse(list[UserResponse], self._request("GET", "/api/v1/users"))
 
-    def get_user(self, name: str) -> dict:
-        return self._request("GET", f"/api/v1/users/{name}")
+    def get_user(self, name: str) -> UserResponse:
+        return UserResponse.model_validate(self._request("GET", f"/api/v1/users/{name}"))
 
     def delete_user(self, name: str) -> None:
         self._request("DELETE", f"/api/v1/users/{name}")
 
-    def add_bindings(self, name: str, bindings: list[dict]) -> dict:
-        return self._request("POST", f"/api/v1/users/{name}/bindings", json={"bindings": bindings})
+    def add_bindings(self, name: str, bindings: list[dict]) -> UserResponse:
+        return UserResponse.model_validate(self._request("POST", f"/api/v1/users/{name}/bindings", json={"bindings": bindings}))
 
-    def remove_binding(self, name: str, role: str, tenant: str | None) -> dict:
-        return self._request("DELETE", f"/api/v1/users/{name}/bindings", params={"role": role, **({"tenant": tenant} if tenant else {})})
+    def remove_binding(self, name: str, role: str, tenant: str | None) -> UserResponse:
+        params = {"role": role, **({"tenant": tenant} if tenant else {})}
+        return UserResponse.model_validate(self._request("DELETE", f"/api/v1/users/{name}/bindings", params=params))
 
-    def create_token(self, user: str | None = None, label: str = "", expires_in: str | None = None) -> dict:
+    def create_token(self, user: str | None = None, label: str = "", expires_in: str | None = None) -> NewTokenResponse:
         body = {"label": label, **({"expires_in": expires_in} if expires_in else {})}
-        return self._request("POST", f"/api/v1/users/{user}/tokens" if user else "/api/v1/tokens", json=body)
+        return NewTokenResponse.model_validate(self._request("POST", f"/api/v1/users/{user}/tokens" if user else "/api/v1/tokens", json=body))
 
-    def list_tokens(self, user: str | None = None) -> list[dict]:
-        return self._request("GET", f"/api/v1/users/{user}/tokens" if user else "/api/v1/tokens")
+    def list_tokens(self, user: str | None = None) -> list[TokenResponse]:
+        return _parse(list[TokenResponse], self._request("GET", f"/api/v1/users/{user}/tokens" if user else "/api/v1/tokens"))
 
-    def revoke_token(self, token_id: int) -> dict:
-        return self._request("DELETE", f"/api/v1/tokens/{token_id}")
+    def revoke_token(self, token_id: int) -> TokenResponse:
+        return TokenResponse.model_validate(self._request("DELETE", f"/api/v1/tokens/{token_id}"))
 
     # -- cost ------------------------------------------------------------------
-    def cost_report(self, by: str = "team", period: str | None = None, tenant: str | None = None) -> dict:
+    def cost_report(self, by: str = "team", period: str | None = None, tenant: str | None = None) -> CostReport:
         params = {k: v for k, v in {"by": by, "period": period, "tenant": tenant}.items() if v}
-        return self._request("GET", "/api/v1/cost/report", params=params)
+        return CostReport.model_validate(self._request("GET", "/api/v1/cost/report", params=params))
 
-    def cost_ledger(self, period: str | None = None, tenant: str | None = None, task: str | None = None, limit: int = 1000, offset: int = 0) -> dict:
+    def cost_ledger(
+        self, period: str | None = None, tenant: str | None = None, task: str | None = None, limit: int = 1000, offset: int = 0
+    ) -> Ledger:
         params = {k: v for k, v in {"period": period, "tenant": tenant, "task": task, "limit": limit, "offset": offset}.items() if v is not None}
-        return self._request("GET", "/api/v1/cost/ledger", params=params)
+        return Ledger.model_validate(self._request("GET", "/api/v1/cost/ledger", params=params))
 
-    def budget_status(self, tenant: str | None = None) -> list[dict]:
-        return self._request("GET", "/api/v1/budgets/status", params={"tenant": tenant} if tenant else {})
+    def budget_status(self, tenant: str | None = None) -> list[BudgetStatus]:
+        return _parse(list[BudgetStatus], self._request("GET", "/api/v1/budgets/status", params={"tenant": tenant} if tenant else {}))
