@@ -17,6 +17,7 @@ from hetpool.core.inventory import DeviceModelSpec
 from hetpool.core.tasks import TaskSpec
 from hetpool.scheduling.assign import Assignment, assign
 from hetpool.scheduling.estimate import runtime_on
+from hetpool.scheduling.explain import explanation
 from hetpool.scheduling.filters import CompatCheck
 from hetpool.scheduling.running import RunningTask
 from hetpool.scheduling.snapshot import Snapshot
@@ -121,3 +122,43 @@ def may_use_reserved(task: TaskSpec, reservation: Reservation, now: datetime, mo
         named = [m for m in models.values() if m.device_class == demand.device_class]
     seconds = max((runtime_on(task, m) or 0.0) for m in named) if named else task.runtime_estimate_s
     return now + timedelta(seconds=seconds) <= reservation.start_at
+
+
+def prefer_waiting(working, spec, result, by_pool, compat_check, now, models, kwargs, banked: dict[str, float]) -> dict | None:
+    """Wait for the preferred (first) candidate when it would finish before the substitute.
+
+    `banked` holds, per device model, the device-seconds of work that already chose to
+    wait for it in this cycle: the preferred devices are then expected to be free only
+    after that work too (spread over the model's devices), so that not every waiting
+    task counts on the same soon-free device.
+    """
+    substitute = models.get(result.placements[0].model)
+    sub_end = now.timestamp() + (runtime_on(spec, substitute) or 0.0)
+    preferred = spec.model_copy(update={"fallback": spec.fallback[:1], "any_of": []})
+    # Only work on the preferred devices' pools can free them (host CPU and memory aside).
+    wanted = set(spec.fallback[:1]) | set(spec.per_worker.devices.models if spec.per_worker.devices else [])
+    pools = [p.name for p in working.pools if p.name in wanted or p.model.name in wanted]
+    relevant = list({id(r): r for pool in pools for r in by_pool.get(pool, ())}.values())
+    start, pref = earliest_fit(working, preferred, relevant, compat_check, now, **kwargs)
+    if pref is None:
+        return None
+    model_name = pref.placements[0].model
+    pref_model = models.get(model_name)
+    pref_seconds = runtime_on(spec, pref_model) or 0.0
+    queue_delay = banked.get(model_name, 0.0) / max(devices_of(working, model_name), 1)
+    pref_end = start.timestamp() + queue_delay + pref_seconds
+    if pref_end >= sub_end:
+        return None
+    devices = sum(len(p.device_indices) * p.device_fraction for p in pref.placements)
+    banked[model_name] = banked.get(model_name, 0.0) + devices * pref_seconds
+    info = explanation(result, True)
+    info["summary"] = (
+        f"waiting for preferred {pref.placements[0].model} (free at {start.isoformat(timespec='minutes')}): "
+        f"finishes earlier than starting now on {result.placements[0].model}"
+    )
+    info["substitute_rejected"] = {"model": result.placements[0].model, "finish_at": datetime.fromtimestamp(sub_end, now.tzinfo).isoformat()}
+    return info
+
+
+def devices_of(snap: Snapshot, model: str) -> int:
+    return int(sum(snap.device_totals()[p.rows].sum() for p in snap.pools if p.model.name == model))

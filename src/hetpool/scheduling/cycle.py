@@ -20,11 +20,11 @@ from hetpool.core.inventory import DeviceModelSpec, TaskType
 from hetpool.core.policy import ClassRule, QueueSpec, SchedulingPolicySpec
 from hetpool.core.tasks import Priority, TaskSpec
 from hetpool.scheduling.assign import Assignment, assign
-from hetpool.scheduling.backfill import Reservation, earliest_fit, may_use_reserved, release_running, reserve
+from hetpool.scheduling.backfill import Reservation, may_use_reserved, prefer_waiting, release_running, reserve
 from hetpool.scheduling.estimate import runtime_on
 from hetpool.scheduling.explain import explanation
 from hetpool.scheduling.filters import CompatCheck, memoized
-from hetpool.scheduling.forecast import end_after, forecast_starts
+from hetpool.scheduling.forecast import attach_estimates, end_after
 from hetpool.scheduling.preempt import find_victims
 from hetpool.scheduling.queueing import FairShare, QueueOrder, effective_rank, route, tenant_weight
 from hetpool.scheduling.quota_view import Held
@@ -173,10 +173,10 @@ class CycleState:
     waiting: list[QueuedTask] = field(default_factory=list)
     # Work admitted earlier in this cycle, as running work with its expected end, so that
     # reservation start times and wait-for-preferred count on it ending (the latter also
-    # counts the work already waiting for the same devices: see _prefer_waiting).
+    # counts the work already waiting for the same devices: see backfill.prefer_waiting).
     admitted_now: list[RunningTask] = field(default_factory=list)
     may_use: dict[tuple, bool] = field(default_factory=dict)
-    banked: dict[str, float] = field(default_factory=dict)  # device-seconds waiting for each preferred model (see _prefer_waiting)
+    banked: dict[str, float] = field(default_factory=dict)  # device-seconds waiting for each preferred model (see backfill.prefer_waiting)
     by_pool: dict[str, list[RunningTask]] = field(default_factory=dict)  # running work (and this cycle's admissions) per pool
     borrowers: list[tuple[QueueSpec, QueuedTask]] = field(default_factory=list)
     deferring_done: bool = False  # every non-borrowing head has been decided
@@ -246,7 +246,7 @@ def _run_cycle(
     blame.task_id = None
     _wait_behind_fifo_heads(st)
     if estimate and st.waiting and policy.estimate_horizon:
-        _attach_estimates(snapshot, st.working, st.waiting, cx.running, st.decisions, compat_check, now, models, policy.estimate_horizon, blame)
+        attach_estimates(snapshot, st.working, st.waiting, cx.running, st.decisions, compat_check, now, models, policy.estimate_horizon, blame)
     return CycleResult(decisions=st.decisions, duration_s=time.perf_counter() - started, reservations=list(st.reservations.values()))
 
 
@@ -367,7 +367,7 @@ def _assign_or_wait_for_preferred(cx: CycleInputs, st: CycleState, cand: Candida
     result = assign(working, spec, cx.compat_check, commit=True, **cand.target_kwargs)
     if result.feasible and result.fallback_used and cx.policy.wait_for_preferred and spec.ordered and spec.runtime_estimate_s:
         _release(working, spec, result)
-        waited = _prefer_waiting(working, spec, result, st.by_pool, cx.compat_check, cx.now, cx.models, cand.target_kwargs, st.banked)
+        waited = prefer_waiting(working, spec, result, st.by_pool, cx.compat_check, cx.now, cx.models, cand.target_kwargs, st.banked)
         if waited is None:
             _take(working, spec, result)
         else:
@@ -581,77 +581,3 @@ def _class_allows_preemption(snapshot: Snapshot, policy: SchedulingPolicySpec, v
 def _index(by_pool: dict[str, list[RunningTask]], task: RunningTask) -> None:
     for pool in {a.pool for a in task.allocations}:
         by_pool.setdefault(pool, []).append(task)
-
-
-def _prefer_waiting(working, spec, result, by_pool, compat_check, now, models, kwargs, banked: dict[str, float]) -> dict | None:
-    """Wait for the preferred (first) candidate when it would finish before the substitute.
-
-    `banked` holds, per device model, the device-seconds of work that already chose to
-    wait for it in this cycle: the preferred devices are then expected to be free only
-    after that work too (spread over the model's devices), so that not every waiting
-    task counts on the same soon-free device.
-    """
-    substitute = models.get(result.placements[0].model)
-    sub_end = now.timestamp() + (runtime_on(spec, substitute) or 0.0)
-    preferred = spec.model_copy(update={"fallback": spec.fallback[:1], "any_of": []})
-    # Only work on the preferred devices' pools can free them (host CPU and memory aside).
-    wanted = set(spec.fallback[:1]) | set(spec.per_worker.devices.models if spec.per_worker.devices else [])
-    pools = [p.name for p in working.pools if p.name in wanted or p.model.name in wanted]
-    relevant = list({id(r): r for pool in pools for r in by_pool.get(pool, ())}.values())
-    start, pref = earliest_fit(working, preferred, relevant, compat_check, now, **kwargs)
-    if pref is None:
-        return None
-    model_name = pref.placements[0].model
-    pref_model = models.get(model_name)
-    pref_seconds = runtime_on(spec, pref_model) or 0.0
-    queue_delay = banked.get(model_name, 0.0) / max(_devices_of(working, model_name), 1)
-    pref_end = start.timestamp() + queue_delay + pref_seconds
-    if pref_end >= sub_end:
-        return None
-    devices = sum(len(p.device_indices) * p.device_fraction for p in pref.placements)
-    banked[model_name] = banked.get(model_name, 0.0) + devices * pref_seconds
-    info = explanation(result, True)
-    info["summary"] = (
-        f"waiting for preferred {pref.placements[0].model} (free at {start.isoformat(timespec='minutes')}): "
-        f"finishes earlier than starting now on {result.placements[0].model}"
-    )
-    info["substitute_rejected"] = {"model": result.placements[0].model, "finish_at": datetime.fromtimestamp(sub_end, now.tzinfo).isoformat()}
-    return info
-
-
-def _devices_of(snap: Snapshot, model: str) -> int:
-    return int(sum(snap.device_totals()[p.rows].sum() for p in snap.pools if p.model.name == model))
-
-
-def _attach_estimates(snapshot, working, waiting, running, decisions, compat_check, now, models, horizon, blame: _Blame) -> None:
-    by_id = {d.task_id: d for d in decisions}
-    # Work admitted this cycle already holds capacity in `working`; it runs from now on
-    # and gives its devices back after its own estimated runtime.
-    admitted = []
-    for d in decisions:
-        if not d.admit:
-            continue
-        blame.task_id = d.task_id
-        spec = d.spec
-        model = models.get(d.assignment.placements[0].model)
-        seconds = runtime_on(spec, model) if spec is not None else None
-        admitted.append(RunningTask(d.task_id, "", 0, TaskType.GENERAL, tuple(_as_allocations(d)), now, end_after(now, seconds), False))
-    blame.task_id = None
-    # The forecast answers for each task on its own: a task it cannot estimate says why,
-    # and is still scheduled (an estimate is information, not a decision).
-    errors: dict[str, str] = {}
-    estimates = forecast_starts(working, waiting, running + admitted, compat_check, now, models, horizon=horizon, errors=errors)
-    for item in waiting:
-        if item.id in errors:
-            by_id[item.id].explanation["estimate_error"] = errors[item.id]
-        est = estimates.get(item.id)
-        if est is None:
-            continue
-        by_id[item.id].explanation["position"] = est.position
-        by_id[item.id].explanation["estimated_start"] = est.start_at.isoformat() if est.start_at else None
-        by_id[item.id].explanation["estimated_wait_s"] = est.wait_s
-
-
-def _as_allocations(decision: Decision):
-    for p in decision.assignment.placements:
-        yield Allocation(p.node, p.pool, p.device_indices, p.device_fraction, p.cpu, p.memory_gb)

@@ -19,14 +19,14 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from hetpool.core.inventory import DeviceModelSpec
+from hetpool.core.inventory import DeviceModelSpec, TaskType
 from hetpool.core.tasks import TaskSpec
 from hetpool.scheduling.assign import WorkerPlacement, assign, candidate_groups
 from hetpool.scheduling.estimate import runtime_on
@@ -35,7 +35,7 @@ from hetpool.scheduling.running import RunningTask
 from hetpool.scheduling.snapshot import Allocation, Snapshot
 
 if TYPE_CHECKING:  # cycle imports this module: a runtime import would be circular
-    from hetpool.scheduling.cycle import QueuedTask
+    from hetpool.scheduling.cycle import Decision, QueuedTask
 
 
 @dataclass(frozen=True)
@@ -171,35 +171,76 @@ def forecast_starts(
     when given, receives task id → error for each task that could not be estimated.
     """
     errors = {} if errors is None else errors
+    forecast = _Forecast(snap.copy(), memoized(compat_check), now, models, default_runtime_s, errors)
+    forecast.hold_until_their_ends(running)
+    forecast.queue(ordered[: max(horizon, 0)])
+    forecast.run()
+    out: dict[str, StartEstimate] = {}
+    for i, item in enumerate(ordered):
+        if i in forecast.started:
+            at, placed = forecast.started[i]
+            out[item.id] = StartEstimate(item.id, i + 1, at, (at - now).total_seconds(), placed.pool, placed.model)
+        else:
+            out[item.id] = StartEstimate(item.id, i + 1, None, None, None, None)
+    return out
 
-    scratch = snap.copy()
-    check = memoized(compat_check)  # the same few (model, stack, framework) verdicts, many times
-    horizon = max(horizon, 0)
-    # Node → pools with a row on it: CPU and memory are per node, so a release there can
-    # help a task on any of the node's pools.
-    node_pools: dict[int, set[int]] = {}
-    for row, n in enumerate(scratch.row_node):
-        node_pools.setdefault(int(n), set()).add(int(scratch.row_pool[row]))
 
-    # Events: (time, seq, allocations to give back). seq keeps heap order total.
-    seq = itertools.count()
-    events: list[tuple[datetime, int, tuple]] = []
-    for rt in running:
-        if rt.expected_end is not None:  # unknown end: held for the whole forecast
-            events.append((max(rt.expected_end, now), next(seq), _held(rt.allocations)))
-    heapq.heapify(events)
+class _Forecast:
+    """The replay behind forecast_starts: a scratch snapshot, the ends still to come (as
+    events that give capacity back) and the tasks not yet started."""
 
-    offsets = np.concatenate([[0], np.cumsum([len(d) for d in scratch.dev_free])]).astype(np.int64)
-    pending = []
-    for i, item in enumerate(ordered[:horizon]):
-        try:
-            pending.append(_Pending(i, item, scratch, offsets, check))
-        except Exception as exc:  # this task alone goes without an estimate
-            errors[item.id] = _error(exc)
-    started: dict[int, tuple[datetime, WorkerPlacement]] = {}
+    def __init__(self, scratch: Snapshot, check: CompatCheck, now: datetime, models, default_runtime_s, errors: dict[str, str]) -> None:
+        self.scratch, self.check, self.now, self.models = scratch, check, now, models
+        self.default_runtime_s, self.errors = default_runtime_s, errors
+        # Node → pools with a row on it: CPU and memory are per node, so a release there can
+        # help a task on any of the node's pools.
+        self.node_pools: dict[int, set[int]] = {}
+        for row, n in enumerate(scratch.row_node):
+            self.node_pools.setdefault(int(n), set()).add(int(scratch.row_pool[row]))
+        # Events: (time, seq, allocations to give back). seq keeps heap order total.
+        self.seq = itertools.count()
+        self.events: list[tuple[datetime, int, tuple]] = []
+        self.pending: list[_Pending] = []
+        self.started: dict[int, tuple[datetime, WorkerPlacement]] = {}  # index in the order → (start, first placement)
 
-    def walk(t: datetime, dirty: set[int]) -> None:
-        nonlocal pending
+    def hold_until_their_ends(self, running: list[RunningTask]) -> None:
+        for rt in running:
+            if rt.expected_end is not None:  # unknown end: held for the whole forecast
+                self.events.append((max(rt.expected_end, self.now), next(self.seq), _held(rt.allocations)))
+        heapq.heapify(self.events)
+
+    def queue(self, ordered: list[QueuedTask]) -> None:
+        offsets = np.concatenate([[0], np.cumsum([len(d) for d in self.scratch.dev_free])]).astype(np.int64)
+        for i, item in enumerate(ordered):
+            try:
+                self.pending.append(_Pending(i, item, self.scratch, offsets, self.check))
+            except Exception as exc:  # this task alone goes without an estimate
+                self.errors[item.id] = _error(exc)
+
+    def run(self) -> None:
+        t, first = self.now, True
+        while True:
+            dirty = self.release_until(t)
+            if dirty or first:
+                self.walk(t, dirty)
+            first = False
+            if not self.pending or not self.events:
+                break
+            t = self.events[0][0]
+
+    def release_until(self, t: datetime) -> set[int]:
+        """Release everything ending by t (past ends count as ending now); the pools it freed."""
+        dirty: set[int] = set()
+        while self.events and self.events[0][0] <= t:
+            for node, pool, indices, fraction, cpu, mem in heapq.heappop(self.events)[2]:
+                n = _release(self.scratch, node, pool, indices, fraction, cpu, mem)
+                if n is not None:
+                    dirty |= self.node_pools.get(n, set())
+        return dirty
+
+    def walk(self, t: datetime, dirty: set[int]) -> None:
+        """Start, in order, every pending task that fits at t."""
+        scratch = self.scratch
         still: list[_Pending] = []
         failed: set = set()  # shapes that did not fit in this walk
         flat: list[np.ndarray] = []
@@ -211,53 +252,68 @@ def forecast_starts(
                 flat.append(np.concatenate(scratch.dev_free) if scratch.dev_free else np.zeros(0))
             return flat[0]
 
-        for p in pending:
+        for p in self.pending:
             # Early exits, cheapest first. Capacity only shrinks within a walk, so what
             # failed earlier in it (the same shape) still fails; nothing it could use was
             # freed since it last failed; a capacity bound already says no.
             try:
                 skip = p.shape in failed or (p.tried and p.pools.isdisjoint(dirty)) or not p.may_fit(scratch, flat_free)
                 p.tried = True
-                if skip or not (result := assign(scratch, p.item.spec, check)).feasible:
+                if skip or not (result := assign(scratch, p.item.spec, self.check)).feasible:
                     failed.add(p.shape)
                     still.append(p)
                     continue
                 # Before anything is taken: an error here leaves the scratch snapshot as it was.
-                runtime = _runtime(p.item.spec, result.placements, scratch, models)
+                runtime = _runtime(p.item.spec, result.placements, scratch, self.models)
             except Exception as exc:  # this task alone drops out of the forecast
-                errors[p.item.id] = _error(exc)
+                self.errors[p.item.id] = _error(exc)
                 continue
-            for w in result.placements:
-                scratch.take(scratch.row_of(w.node, w.pool), w.device_indices, w.device_fraction, w.cpu, w.memory_gb)
-            started[p.index] = (t, result.placements[0])
-            if runtime is None:
-                runtime = default_runtime_s
-            end = end_after(t, runtime)
-            if end is not None and end - now <= FORECAST_SPAN:  # otherwise: never released in the forecast
-                heapq.heappush(events, (end, next(seq), _held(result.placements)))
-        pending = still
+            self._start(p, t, result.placements, runtime)
+        self.pending = still
 
-    t, first = now, True
-    while True:
-        # Release everything ending by t (past ends count as ending now), then walk.
-        dirty: set[int] = set()
-        while events and events[0][0] <= t:
-            for node, pool, indices, fraction, cpu, mem in heapq.heappop(events)[2]:
-                n = _release(scratch, node, pool, indices, fraction, cpu, mem)
-                if n is not None:
-                    dirty |= node_pools.get(n, set())
-        if dirty or first:
-            walk(t, dirty)
-        first = False
-        if not pending or not events:
-            break
-        t = events[0][0]
+    def _start(self, p: _Pending, t: datetime, placements: list[WorkerPlacement], runtime: float | None) -> None:
+        for w in placements:
+            self.scratch.take(self.scratch.row_of(w.node, w.pool), w.device_indices, w.device_fraction, w.cpu, w.memory_gb)
+        self.started[p.index] = (t, placements[0])
+        if runtime is None:
+            runtime = self.default_runtime_s
+        end = end_after(t, runtime)
+        if end is not None and end - self.now <= FORECAST_SPAN:  # otherwise: never released in the forecast
+            heapq.heappush(self.events, (end, next(self.seq), _held(placements)))
 
-    out: dict[str, StartEstimate] = {}
-    for i, item in enumerate(ordered):
-        if i in started:
-            at, placed = started[i]
-            out[item.id] = StartEstimate(item.id, i + 1, at, (at - now).total_seconds(), placed.pool, placed.model)
-        else:
-            out[item.id] = StartEstimate(item.id, i + 1, None, None, None, None)
-    return out
+
+def attach_estimates(snapshot, working, waiting, running, decisions: list[Decision], compat_check, now, models, horizon, blame) -> None:
+    """Write each waiting task's position and estimated start into its decision's explanation.
+
+    `blame` (the cycle's) is kept naming the admitted task whose runtime is being read."""
+    by_id = {d.task_id: d for d in decisions}
+    # Work admitted this cycle already holds capacity in `working`; it runs from now on
+    # and gives its devices back after its own estimated runtime.
+    admitted = []
+    for d in decisions:
+        if not d.admit:
+            continue
+        blame.task_id = d.task_id
+        spec = d.spec
+        model = models.get(d.assignment.placements[0].model)
+        seconds = runtime_on(spec, model) if spec is not None else None
+        admitted.append(RunningTask(d.task_id, "", 0, TaskType.GENERAL, tuple(_as_allocations(d)), now, end_after(now, seconds), False))
+    blame.task_id = None
+    # The forecast answers for each task on its own: a task it cannot estimate says why,
+    # and is still scheduled (an estimate is information, not a decision).
+    errors: dict[str, str] = {}
+    estimates = forecast_starts(working, waiting, running + admitted, compat_check, now, models, horizon=horizon, errors=errors)
+    for item in waiting:
+        if item.id in errors:
+            by_id[item.id].explanation["estimate_error"] = errors[item.id]
+        est = estimates.get(item.id)
+        if est is None:
+            continue
+        by_id[item.id].explanation["position"] = est.position
+        by_id[item.id].explanation["estimated_start"] = est.start_at.isoformat() if est.start_at else None
+        by_id[item.id].explanation["estimated_wait_s"] = est.wait_s
+
+
+def _as_allocations(decision: Decision) -> Iterator[Allocation]:
+    for p in decision.assignment.placements:
+        yield Allocation(p.node, p.pool, p.device_indices, p.device_fraction, p.cpu, p.memory_gb)
