@@ -6,8 +6,8 @@ admitted by the scheduler one pass later, dispatched by the dispatcher (perhaps 
 replica, after a restart) and then runs on an engine. Those steps share no call stack, so
 the submit span's context is stored on the task row as a W3C `traceparent`
 (`tasks.trace_parent`), and each later step starts its span as a child of that stored
-context. A backend searching for "why did task X take 40 s to start" then sees the whole
-path as one trace.
+context. An operator asking "why did task X take 40 s to start" then sees the whole path
+as one trace.
 
 Why it costs nothing when off: OpenTelemetry is an extra (`pip install 'hetpool[tracing]'`)
 and `HETPOOL_TRACING` defaults to `off`. Until `configure` turns it on, `_tracer` is None
@@ -24,11 +24,10 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
-from hetpool.server.logging_setup import task_context
+from hetpool.server.logging_setup import task_id_var
 
 MODES = ("off", "console", "otlp")
 INSTALL_HINT = "pip install 'hetpool[tracing]'"
@@ -118,20 +117,34 @@ def _context_of(traceparent: str | None) -> Any:
     return _propagator.extract({"traceparent": traceparent})
 
 
-@contextmanager
-def task_span(name: str, task_id: str, traceparent: str | None = None, **attributes: Any) -> Iterator[Any]:
+class task_span:  # lower case: used like a function, `with task_span(...) as span:` (as contextlib.suppress)
     """Work on one task: logs inside carry `task_id`; with tracing on, a span `name` in the
     task's trace — a child of the stored `traceparent` if given, else of the current span
     (a span nested in another task_span). Keyword attributes are recorded as `hetpool.<key>`.
-    Yields the span, or None when not tracing."""
-    with task_context(task_id):
+    Yields the span, or None when not tracing. A class, not a generator: off, it costs one
+    contextvar set and reset."""
+
+    __slots__ = ("_name", "_task_id", "_traceparent", "_attributes", "_token", "_span_cm")
+
+    def __init__(self, name: str, task_id: str, traceparent: str | None = None, **attributes: Any) -> None:
+        self._name, self._task_id, self._traceparent, self._attributes = name, task_id, traceparent, attributes
+        self._span_cm = None
+
+    def __enter__(self) -> Any:
+        self._token = task_id_var.set(self._task_id)
         tracer = _tracer
         if tracer is None:
-            yield None
-            return
-        attrs = {TASK_ID: task_id, **{f"hetpool.{k}": v for k, v in attributes.items() if v is not None}}
-        with tracer.start_as_current_span(name, context=_context_of(traceparent), attributes=attrs) as span:
-            yield span
+            return None
+        attrs = {TASK_ID: self._task_id, **{f"hetpool.{k}": v for k, v in self._attributes.items() if v is not None}}
+        self._span_cm = tracer.start_as_current_span(self._name, context=_context_of(self._traceparent), attributes=attrs)
+        return self._span_cm.__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            if self._span_cm is not None:
+                self._span_cm.__exit__(*exc)  # records the exception and an error status
+        finally:
+            task_id_var.reset(self._token)
 
 
 def traced_submit(submit: Callable[..., Any]) -> Callable[..., Any]:
