@@ -21,6 +21,7 @@ from hetpool.core.inventory import ClusterSpec, DeviceModelSpec, NodeSpec, PoolS
 from hetpool.core.policy import QueueSpec, SchedulingPolicySpec
 from hetpool.core.tasks import Priority
 from hetpool.scheduling.cycle import QueuedTask, run_cycle
+from hetpool.scheduling.estimate import runtime_on
 from hetpool.scheduling.running import RunningTask
 from hetpool.scheduling.snapshot import Allocation, build_snapshot
 from hetpool.sim.trace import TraceTask
@@ -100,141 +101,170 @@ class Simulator:
         self.pool_price = {p.name: p.price_per_hour for p in pools}
 
     def run(self, trace: list[TraceTask], progress: Callable[[float, int, int], None] | None = None) -> SimResult:
-        cfg, snap = self.config, self.snapshot
-        tasks = {t.id: t for t in trace}
-        arrivals = sorted(trace, key=lambda t: (t.arrival_s, t.id))
-        outcomes = {t.id: TaskOutcome(t.id, t.spec.tenant, t.spec.task_type.value, t.arrival_s) for t in trace}
-        queued: dict[str, QueuedTask] = {}
-        running: dict[str, tuple[RunningTask, float, float]] = {}  # id → (running task, start, end)
-        ends: list[tuple[float, int, str, int]] = []  # (end time, seq, id, attempt)
-        attempts: dict[str, int] = dict.fromkeys(tasks, 0)
-        seq = itertools.count()
-        samples: list[Sample] = []
-        pool_devices = {v.name: int(snap.device_totals()[v.rows].sum()) for v in snap.pools}
-        busy: dict[str, float] = dict.fromkeys(pool_devices, 0.0)
-        now, next_arrival, cycles, core_s, last_cycle = 0.0, 0, 0, 0.0, -float("inf")
-        dirty = False
-        max_preemptions = (cfg.policy or SchedulingPolicySpec()).max_preemptions
-
-        def release(task_id: str) -> RunningTask:
-            rt, _, _ = running.pop(task_id)
-            for a in rt.allocations:
-                snap.release(snap.row_of(a.node, a.pool), a.device_indices, a.device_fraction, a.cpu, a.memory_gb)
-                busy[a.pool] -= len(a.device_indices) * a.device_fraction
-            return rt
-
-        while next_arrival < len(arrivals) or queued or running:
-            candidates = []
-            if next_arrival < len(arrivals):
-                candidates.append(arrivals[next_arrival].arrival_s)
-            if ends:
-                candidates.append(ends[0][0])
-            if queued and dirty and last_cycle == now:
-                candidates.append(now)  # evictions in the last cycle: place the preemptors now
-            if queued and dirty and cfg.min_cycle_interval_s > 0 and last_cycle + cfg.min_cycle_interval_s > now:
-                candidates.append(last_cycle + cfg.min_cycle_interval_s)  # the next allowed cycle
-            if not candidates:
-                break  # queued work that can never start: nothing will change any more
-            now = max(now, min(candidates))
-            if cfg.max_time_s is not None and now > cfg.max_time_s:
-                now = cfg.max_time_s
+        state = _Run(self, trace)
+        while state.next_arrival < len(state.arrivals) or state.queued or state.running:
+            now = state.next_time()
+            if now is None:
                 break
-            while next_arrival < len(arrivals) and arrivals[next_arrival].arrival_s <= now:
-                dirty = True
-                t = arrivals[next_arrival]
-                queued[t.id] = QueuedTask(t.id, t.spec, EPOCH + timedelta(seconds=t.arrival_s))
-                next_arrival += 1
-            while ends and ends[0][0] <= now:
-                _, _, task_id, attempt = heapq.heappop(ends)
-                if task_id in running and attempt == attempts[task_id]:
-                    dirty = True
-                    release(task_id)
-                    outcomes[task_id].end_s = now
+            state.now = now
+            state.arrive()
+            state.finish()
             # A cycle only when something changed since the last one: the same queue on the
             # same capacity gives the same decisions.
-            if queued and dirty and now - last_cycle >= cfg.min_cycle_interval_s:
-                last_cycle, dirty = now, False
-                result = run_cycle(
-                    snap,
-                    list(queued.values()),
-                    self.compat_check,
-                    EPOCH + timedelta(seconds=now),
-                    running=[rt for rt, _, _ in running.values()],
-                    queues=cfg.queues,
-                    policy=cfg.policy,
-                    tenant_weights=cfg.tenant_weights,
-                    models=self.models,
-                    estimate=False,
-                )
-                cycles += 1
-                core_s += result.duration_s
-                for decision in result.decisions:
-                    for victim in decision.victims:  # evict now; the victim starts over later
-                        if victim in running:
-                            dirty = True  # freed capacity: the next cycle places the preemptor
-                            planned_end = running[victim][2]
-                            release(victim)
-                            out = outcomes[victim]
-                            out.preemptions += 1
-                            # Admission charged the whole run; the part never run is refunded,
-                            # the part run (and lost) stays charged.
-                            out.cost -= (planned_end - now) / 3600 * out.price_per_hour
-                            attempts[victim] += 1
-                            queued[victim] = QueuedTask(victim, tasks[victim].spec, EPOCH + timedelta(seconds=tasks[victim].arrival_s))
-                    if not decision.admit:
-                        continue
-                    task = tasks[decision.task_id]
-                    placements = decision.assignment.placements
-                    for p in placements:
-                        snap.take(snap.row_of(p.node, p.pool), p.device_indices, p.device_fraction, p.cpu, p.memory_gb)
-                        busy[p.pool] += len(p.device_indices) * p.device_fraction
-                    # A gang runs at the pace of its slowest worker.
-                    duration = max(task.actual_seconds(self.models.get(p.model) if p.device_indices else None) for p in placements)
-                    end = now + duration
-                    out = outcomes[task.id]
-                    out.start_s, out.pool, out.model = now, placements[0].pool, placements[0].model
-                    out.placements = [(p.node, p.pool, tuple(p.device_indices)) for p in placements]
-                    out.devices = sum(len(p.device_indices) * p.device_fraction for p in placements)
-                    out.price_per_hour = sum(p.price_per_hour for p in placements)
-                    out.fallback_used = decision.assignment.fallback_used
-                    out.cost += duration / 3600 * out.price_per_hour
-                    expected = task.spec.runtime_estimate_s
-                    rank = Priority(task.spec.priority).rank
-                    allocations = tuple(Allocation(p.node, p.pool, p.device_indices, p.device_fraction, p.cpu, p.memory_gb) for p in placements)
-                    expected_end = EPOCH + timedelta(seconds=now + (duration if expected is None else _scaled(task, placements, self.models)))
-                    running[task.id] = (
-                        RunningTask(
-                            task.id,
-                            task.spec.tenant,
-                            rank,
-                            task.spec.task_type,
-                            allocations,
-                            EPOCH + timedelta(seconds=now),
-                            expected_end,
-                            task.spec.preemptible and out.preemptions < max_preemptions,
-                        ),
-                        now,
-                        end,
-                    )
-                    heapq.heappush(ends, (end, next(seq), task.id, attempts[task.id]))
-                    del queued[task.id]
-            if not samples or cfg.sample_every_s <= 0 or now - samples[-1].t >= cfg.sample_every_s:
-                samples.append(Sample(now, len(queued), len(running), dict(busy)))
+            if state.queued and state.dirty and state.now - state.last_cycle >= self.config.min_cycle_interval_s:
+                state.cycle()
+            state.sample()
             if progress is not None:
-                progress(now, next_arrival, len(arrivals))
+                progress(state.now, state.next_arrival, len(state.arrivals))
+        snap = self.snapshot
         return SimResult(
-            outcomes=outcomes,
-            samples=samples,
-            pool_devices=pool_devices,
+            outcomes=state.outcomes,
+            samples=state.samples,
+            pool_devices=state.pool_devices,
             pool_models={v.name: v.model.name for v in snap.pools},
-            cycles=cycles,
-            core_seconds=core_s,
-            end_s=now,
+            cycles=state.cycles,
+            core_seconds=state.core_s,
+            end_s=state.now,
         )
+
+
+class _Run:
+    """One simulation: the virtual clock, the queue, the running work and its ends."""
+
+    def __init__(self, sim: Simulator, trace: list[TraceTask]) -> None:
+        self.sim, self.cfg, self.snap = sim, sim.config, sim.snapshot
+        self.tasks = {t.id: t for t in trace}
+        self.arrivals = sorted(trace, key=lambda t: (t.arrival_s, t.id))
+        self.outcomes = {t.id: TaskOutcome(t.id, t.spec.tenant, t.spec.task_type.value, t.arrival_s) for t in trace}
+        self.queued: dict[str, QueuedTask] = {}
+        self.running: dict[str, tuple[RunningTask, float, float]] = {}  # id → (running task, start, end)
+        self.ends: list[tuple[float, int, str, int]] = []  # (end time, seq, id, attempt)
+        self.attempts: dict[str, int] = dict.fromkeys(self.tasks, 0)
+        self.seq = itertools.count()
+        self.samples: list[Sample] = []
+        self.pool_devices = {v.name: int(self.snap.device_totals()[v.rows].sum()) for v in self.snap.pools}
+        self.busy: dict[str, float] = dict.fromkeys(self.pool_devices, 0.0)
+        self.now, self.next_arrival, self.cycles, self.core_s, self.last_cycle = 0.0, 0, 0, 0.0, -float("inf")
+        self.dirty = False
+        self.max_preemptions = (self.cfg.policy or SchedulingPolicySpec()).max_preemptions
+
+    def next_time(self) -> float | None:
+        """When the next thing happens; None: nothing will change any more (or max_time_s is reached)."""
+        cfg, now = self.cfg, self.now
+        candidates = []
+        if self.next_arrival < len(self.arrivals):
+            candidates.append(self.arrivals[self.next_arrival].arrival_s)
+        if self.ends:
+            candidates.append(self.ends[0][0])
+        if self.queued and self.dirty and self.last_cycle == now:
+            candidates.append(now)  # evictions in the last cycle: place the preemptors now
+        if self.queued and self.dirty and cfg.min_cycle_interval_s > 0 and self.last_cycle + cfg.min_cycle_interval_s > now:
+            candidates.append(self.last_cycle + cfg.min_cycle_interval_s)  # the next allowed cycle
+        if not candidates:
+            return None  # queued work that can never start: nothing will change any more
+        now = max(now, min(candidates))
+        if cfg.max_time_s is not None and now > cfg.max_time_s:
+            self.now = cfg.max_time_s
+            return None
+        return now
+
+    def arrive(self) -> None:
+        while self.next_arrival < len(self.arrivals) and self.arrivals[self.next_arrival].arrival_s <= self.now:
+            self.dirty = True
+            t = self.arrivals[self.next_arrival]
+            self.queued[t.id] = QueuedTask(t.id, t.spec, EPOCH + timedelta(seconds=t.arrival_s))
+            self.next_arrival += 1
+
+    def finish(self) -> None:
+        while self.ends and self.ends[0][0] <= self.now:
+            _, _, task_id, attempt = heapq.heappop(self.ends)
+            if task_id in self.running and attempt == self.attempts[task_id]:
+                self.dirty = True
+                self.release(task_id)
+                self.outcomes[task_id].end_s = self.now
+
+    def release(self, task_id: str) -> RunningTask:
+        snap = self.snap
+        rt, _, _ = self.running.pop(task_id)
+        for a in rt.allocations:
+            snap.release(snap.row_of(a.node, a.pool), a.device_indices, a.device_fraction, a.cpu, a.memory_gb)
+            self.busy[a.pool] -= len(a.device_indices) * a.device_fraction
+        return rt
+
+    def cycle(self) -> None:
+        cfg, now = self.cfg, self.now
+        self.last_cycle, self.dirty = now, False
+        result = run_cycle(
+            self.snap,
+            list(self.queued.values()),
+            self.sim.compat_check,
+            EPOCH + timedelta(seconds=now),
+            running=[rt for rt, _, _ in self.running.values()],
+            queues=cfg.queues,
+            policy=cfg.policy,
+            tenant_weights=cfg.tenant_weights,
+            models=self.sim.models,
+            estimate=False,
+        )
+        self.cycles += 1
+        self.core_s += result.duration_s
+        for decision in result.decisions:
+            for victim in decision.victims:  # evict now; the victim starts over later
+                if victim in self.running:
+                    self.evict(victim)
+            if decision.admit:
+                self.start(decision)
+
+    def evict(self, victim: str) -> None:
+        self.dirty = True  # freed capacity: the next cycle places the preemptor
+        planned_end = self.running[victim][2]
+        self.release(victim)
+        out = self.outcomes[victim]
+        out.preemptions += 1
+        # Admission charged the whole run; the part never run is refunded,
+        # the part run (and lost) stays charged.
+        out.cost -= (planned_end - self.now) / 3600 * out.price_per_hour
+        self.attempts[victim] += 1
+        task = self.tasks[victim]
+        self.queued[victim] = QueuedTask(victim, task.spec, EPOCH + timedelta(seconds=task.arrival_s))
+
+    def start(self, decision) -> None:
+        snap, now, models = self.snap, self.now, self.sim.models
+        task = self.tasks[decision.task_id]
+        placements = decision.assignment.placements
+        for p in placements:
+            snap.take(snap.row_of(p.node, p.pool), p.device_indices, p.device_fraction, p.cpu, p.memory_gb)
+            self.busy[p.pool] += len(p.device_indices) * p.device_fraction
+        # A gang runs at the pace of its slowest worker.
+        duration = max(task.actual_seconds(models.get(p.model) if p.device_indices else None) for p in placements)
+        end = now + duration
+        out = self.outcomes[task.id]
+        out.start_s, out.pool, out.model = now, placements[0].pool, placements[0].model
+        out.placements = [(p.node, p.pool, tuple(p.device_indices)) for p in placements]
+        out.devices = sum(len(p.device_indices) * p.device_fraction for p in placements)
+        out.price_per_hour = sum(p.price_per_hour for p in placements)
+        out.fallback_used = decision.assignment.fallback_used
+        out.cost += duration / 3600 * out.price_per_hour
+        expected = task.spec.runtime_estimate_s
+        rank = Priority(task.spec.priority).rank
+        allocations = tuple(Allocation(p.node, p.pool, p.device_indices, p.device_fraction, p.cpu, p.memory_gb) for p in placements)
+        expected_end = EPOCH + timedelta(seconds=now + (duration if expected is None else _scaled(task, placements, models)))
+        preemptible = task.spec.preemptible and out.preemptions < self.max_preemptions
+        started = EPOCH + timedelta(seconds=now)
+        self.running[task.id] = (
+            RunningTask(task.id, task.spec.tenant, rank, task.spec.task_type, allocations, started, expected_end, preemptible),
+            now,
+            end,
+        )
+        heapq.heappush(self.ends, (end, next(self.seq), task.id, self.attempts[task.id]))
+        del self.queued[task.id]
+
+    def sample(self) -> None:
+        if not self.samples or self.cfg.sample_every_s <= 0 or self.now - self.samples[-1].t >= self.cfg.sample_every_s:
+            self.samples.append(Sample(self.now, len(self.queued), len(self.running), dict(self.busy)))
 
 
 def _scaled(task: TraceTask, placements, models) -> float:
     """What the scheduler expects (its estimate scaled to the devices), not the truth."""
-    from hetpool.scheduling.estimate import runtime_on
 
     return max(runtime_on(task.spec, models.get(p.model)) or 0.0 for p in placements)
