@@ -16,10 +16,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
-from hetpool.catalog.devices import DeviceCatalog
 from hetpool.core.errors import BackendUnavailableError
+
+if TYPE_CHECKING:
+    # Annotations only: the local engine's runner and launch modules import this module under
+    # a bare python (started through sudo, without third-party packages), and the catalog
+    # needs pydantic.
+    from hetpool.catalog.devices import DeviceCatalog
 
 
 class JobPhase(StrEnum):
@@ -62,6 +67,13 @@ class LaunchRequest:
     def job_name(self) -> str:
         """Deterministic backend-side name: the key for exactly-once dispatch."""
         return job_name(self.task_id, self.attempt)
+
+
+# A job name that is safe as a directory, a Slurm job name and a Ray submission id (no "/", no
+# leading dot or dash); every engine checks the names it turns into paths or ids against it.
+SAFE_JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+# A name a POSIX shell can export.
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def job_name(task_id: str, attempt: int) -> str:

@@ -28,7 +28,6 @@ import codecs
 import dataclasses
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -38,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hetpool.engines.base import (
+    SAFE_JOB_NAME,
     Backend,
     JobHandle,
     JobPhase,
@@ -60,7 +60,6 @@ __all__ = ["LocalBackend"]
 # A worker without a pid file this long after request.json was written was never started
 # (the server died between writing the request and spawning it): report it as failed.
 START_GRACE_S = 30.0
-_SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 @dataclass(frozen=True)
@@ -140,7 +139,7 @@ class LocalBackend(Backend, SupportsGang, SupportsLogStreaming, SupportsFraction
 
     def find(self, task_id: str, attempt: int) -> JobHandle | None:
         name = job_name(task_id, attempt)
-        if _SAFE_NAME.fullmatch(name) and (self.work_dir / "jobs" / name / "request.json").exists():
+        if SAFE_JOB_NAME.fullmatch(name) and (self.work_dir / "jobs" / name / "request.json").exists():
             return JobHandle(backend=self.kind, job_id=name)
         return None
 
@@ -150,7 +149,7 @@ class LocalBackend(Backend, SupportsGang, SupportsLogStreaming, SupportsFraction
 
     def workdir(self, handle: JobHandle, rank: int = 0) -> Path | None:
         """The working directory of a worker's command (deleted when the command has ended)."""
-        if not _SAFE_NAME.fullmatch(handle.job_id):
+        if not SAFE_JOB_NAME.fullmatch(handle.job_id):
             return None
         try:
             return Path((self.work_dir / "jobs" / handle.job_id / f"worker-{rank}" / "workdir").read_text().strip())
@@ -194,7 +193,7 @@ class LocalBackend(Backend, SupportsGang, SupportsLogStreaming, SupportsFraction
 
     def _job_dir(self, name: str) -> Path:
         # The name becomes a directory: refuse anything that could escape jobs/.
-        if not _SAFE_NAME.fullmatch(name):
+        if not SAFE_JOB_NAME.fullmatch(name):
             raise ValueError(f"job name {name!r} is not usable as a directory name")
         return self.work_dir / "jobs" / name
 
@@ -229,7 +228,7 @@ class LocalBackend(Backend, SupportsGang, SupportsLogStreaming, SupportsFraction
             self._children = [p for p in self._children if p.poll() is None]
 
     def _workers(self, name: str) -> list[_Worker] | None:
-        if not _SAFE_NAME.fullmatch(name):
+        if not SAFE_JOB_NAME.fullmatch(name):
             return None
         job_dir = self.work_dir / "jobs" / name
         try:

@@ -33,7 +33,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hetpool.engines.base import NEVER_PASSED_THROUGH
+from hetpool.engines.base import ENV_NAME, NEVER_PASSED_THROUGH
 from hetpool.engines.runas import account_for_tenant, split_tenant_map
 
 DEFAULT_UID_RANGE = (60600, 61099)  # unused by systemd (60578-61183); see docs/backends.md
@@ -43,7 +43,6 @@ MIN_TASK_UID = 1000  # below: system accounts (daemon, www-data, ...) a task mus
 MAX_TASK_UID = 2**31 - 2
 DEFAULT_LIMITS = {"rlimit_nofile": 4096, "rlimit_nproc": 4096, "rlimit_fsize_mb": 65536, "rlimit_as_mb": 0}
 _LIMIT_MAX = {"rlimit_nofile": 1 << 20, "rlimit_nproc": 1 << 22, "rlimit_fsize_mb": 1 << 30, "rlimit_as_mb": 1 << 30}
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NEVER_PASSED = re.compile(NEVER_PASSED_THROUGH, re.IGNORECASE)
 # Keys other parts of hetpool read from any cluster's backend_config.
 _SHARED_KEYS = {"sync", "sync_interval_s", "node_prefix"}
@@ -202,7 +201,7 @@ def _parse_groups(text: str) -> tuple[int, ...]:
 def _parse_env_names(text: str) -> tuple[str, ...]:
     names = [n.strip() for n in text.split(",") if n.strip()]
     for name in names:
-        if not _ENV_NAME.fullmatch(name):
+        if not ENV_NAME.fullmatch(name):
             raise LocalConfigError("env_passthrough", f"{name!r} is not an environment variable name")
         if _NEVER_PASSED.match(name):
             raise LocalConfigError("env_passthrough", f"{name!r} may hold a server secret or change what code runs; it is never passed to tasks")

@@ -68,6 +68,8 @@ import httpx
 from hetpool.catalog.devices import DeviceCatalog
 from hetpool.core.errors import BackendUnavailableError
 from hetpool.engines.base import (
+    ENV_NAME,
+    SAFE_JOB_NAME,
     Backend,
     JobHandle,
     JobPhase,
@@ -96,8 +98,6 @@ NEVER_FIT_ERRORS = {"JOB_SUPERVISOR_ACTOR_START_TIMEOUT", "JOB_SUPERVISOR_ACTOR_
 # A gang whose rank 0 exists but another rank does not this long after submission was cut short
 # by a crash between the POSTs, and nobody submitted it again: it fails (as in the local backend).
 START_GRACE_S = 30.0
-_SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _EXIT_IN_MESSAGE = re.compile(r"failed with exit code (-?\d+)")
 
 
@@ -269,7 +269,7 @@ class RayBackend(Backend, SupportsGang, SupportsLogStreaming):
 
     def submit(self, request: LaunchRequest) -> JobHandle:
         name = request.job_name
-        if not _SAFE_NAME.fullmatch(name):
+        if not SAFE_JOB_NAME.fullmatch(name):
             raise ValueError(f"job name {name!r} is not usable as a Ray submission id")
         if not request.workers:
             raise ValueError(f"{name}: a launch request needs at least one worker")
@@ -294,7 +294,7 @@ class RayBackend(Backend, SupportsGang, SupportsLogStreaming):
 
     def find(self, task_id: str, attempt: int) -> JobHandle | None:
         name = job_name(task_id, attempt)
-        if not _SAFE_NAME.fullmatch(name):
+        if not SAFE_JOB_NAME.fullmatch(name):
             return None
         with self._client() as client:
             found = self._job(client, submission_id(name, 0))
@@ -386,7 +386,7 @@ class RayBackend(Backend, SupportsGang, SupportsLogStreaming):
         # environment but a whitelist): literal values, and the vendor variable (which Ray sets for no
         # custom resource) cannot be overridden by Ray's worker setup. runtime_env carries them on to
         # Ray tasks the command starts, except values with "$", which Ray would expand (os.path.expandvars).
-        exports = {k: v for k, v in env.items() if _ENV_NAME.fullmatch(k)}
+        exports = {k: v for k, v in env.items() if ENV_NAME.fullmatch(k)}
         body: dict[str, Any] = {
             "submission_id": submission_id(request.job_name, worker.rank),
             "entrypoint": build_entrypoint(request.command, exports, self.passthrough),
@@ -448,7 +448,7 @@ class RayBackend(Backend, SupportsGang, SupportsLogStreaming):
 
     def _ranks(self, client: httpx.Client, name: str) -> list[tuple[int, dict | None]] | None:
         """(rank, job info or None when Ray has no such job) per rank; None for an unknown job."""
-        if not _SAFE_NAME.fullmatch(name):
+        if not SAFE_JOB_NAME.fullmatch(name):
             return None
         first = self._job(client, submission_id(name, 0))
         if first is None:

@@ -42,6 +42,7 @@ from pathlib import Path
 from hetpool.catalog.devices import DeviceCatalog
 from hetpool.core.errors import BackendUnavailableError, HetpoolError
 from hetpool.engines.base import (
+    SAFE_JOB_NAME,
     Backend,
     JobHandle,
     JobPhase,
@@ -82,7 +83,6 @@ from hetpool.engines.slurm.script import (
 )
 
 NODE_CACHE_S = 60.0  # node names, addresses and GRES change rarely; a miss refreshes at once
-_SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _JOB_ID = re.compile(r"\d+")
 _NULL = {"", "(null)", "N/A", "None", "none"}
 _SQUEUE_FORMAT = "JobID:|,HetJobID:|,Name:|,State:|,exit_code:|,Reason:|"
@@ -199,7 +199,7 @@ class SlurmBackend(Backend, SupportsGang, SupportsLogStreaming):
 
     def find(self, task_id: str, attempt: int) -> JobHandle | None:
         name = job_name(task_id, attempt)
-        if not _SAFE_NAME.fullmatch(name):
+        if not SAFE_JOB_NAME.fullmatch(name):
             return None
         job_dir = self.work_dir / "jobs" / name
         if self._known_id(job_dir) is None:
@@ -393,12 +393,12 @@ class SlurmBackend(Backend, SupportsGang, SupportsLogStreaming):
 
     def _job_dir(self, name: str) -> Path:
         # The name becomes a directory and a Slurm job name: refuse anything that could escape jobs/.
-        if not _SAFE_NAME.fullmatch(name):
+        if not SAFE_JOB_NAME.fullmatch(name):
             raise ValueError(f"job name {name!r} is not usable as a directory name")
         return self.work_dir / "jobs" / name
 
     def _existing(self, name: str) -> Path | None:
-        if not _SAFE_NAME.fullmatch(name):
+        if not SAFE_JOB_NAME.fullmatch(name):
             return None
         job_dir = self.work_dir / "jobs" / name
         return job_dir if (job_dir / "request.json").exists() or (job_dir / "slurm_job_id").exists() else None

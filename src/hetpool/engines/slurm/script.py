@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hetpool.catalog.devices import DeviceCatalog
-from hetpool.engines.base import LaunchRequest, WorkerLaunch
+from hetpool.engines.base import ENV_NAME, LaunchRequest, WorkerLaunch
 from hetpool.engines.slurm.config import SlurmPlanError
 from hetpool.engines.slurm.gres import NULL as _NULL
 from hetpool.engines.slurm.gres import SHARED_GRES as _SHARED_GRES
@@ -31,7 +31,6 @@ from hetpool.engines.slurm.gres import GresEntry, gres_model, parse_gres
 
 # Slurm node names we put into scripts (case patterns, file names): no shell metacharacters.
 _NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # gres/gpu sets these for every step on every node (relative numbers under ConstrainDevices).
 GPU_PLUGIN_VARS = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ZE_AFFINITY_MASK")
 
@@ -145,7 +144,7 @@ def plan_job(request: LaunchRequest, nodes: dict[str, SlurmNode], catalog: Devic
         (gres, devices), k = kinds.pop(), len(workers)
         env_vars = {w.visible_devices_env for w in workers}
         for var in env_vars - {""}:
-            if not _ENV_NAME.fullmatch(var):
+            if not ENV_NAME.fullmatch(var):
                 raise SlurmPlanError(f"visible-devices variable {var!r} is not a variable name")
         for slot, w in enumerate(workers):
             plans.append(RankPlan(w.rank, node.name, slot, k, gres, devices, w.visible_devices_env if devices else ""))
@@ -332,7 +331,7 @@ def _is_gpu(rank: RankPlan) -> bool:
 
 def env_script(env: dict[str, str]) -> str:
     """`export NAME='value'` lines, sourced by the worker wrapper."""
-    bad = sorted(k for k in env if not _ENV_NAME.fullmatch(k))
+    bad = sorted(k for k in env if not ENV_NAME.fullmatch(k))
     if bad:
         raise SlurmPlanError(f"environment variable names {bad} are not valid shell names")
     return "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
