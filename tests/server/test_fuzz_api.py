@@ -1,6 +1,8 @@
 """Property-based fuzzing of every endpoint of the OpenAPI document (schemathesis): no
-answer is a 5xx, and every 4xx is JSON with a `code` and a non-empty `message` saying
-what is wrong. SQLite only and a few examples per endpoint, to stay within seconds."""
+answer is a 5xx, every 4xx is JSON with a `code` and a non-empty `message` saying
+what is wrong, and every answer conforms to the schema: a documented status code, the
+documented content type, a body valid against its response model. SQLite only and a few
+examples per endpoint, to stay within seconds."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import pytest
 
 schemathesis = pytest.importorskip("schemathesis")
 from hypothesis import HealthCheck, Phase, settings  # noqa: E402
+from schemathesis.checks import content_type_conformance, response_schema_conformance, status_code_conformance  # noqa: E402
 
 from hetpool.core.clock import FixedClock  # noqa: E402
 from hetpool.server.app import create_app  # noqa: E402
@@ -25,7 +28,7 @@ def _app():
     inventory, an admin token, no background workers."""
     from fastapi.testclient import TestClient
 
-    from hetpool.backends.local import LocalBackend
+    from hetpool.engines.local import LocalBackend
     from tests.conftest import demo_documents
 
     root = Path(tempfile.mkdtemp(prefix="hetpool-fuzz-"))
@@ -66,3 +69,4 @@ def test_no_5xx_and_every_4xx_says_what_is_wrong(case) -> None:
         assert isinstance(body, dict) and body.get("code") and str(body.get("message", "")).strip(), (
             f"{where} → {response.status_code} {response.text[:300]}"
         )
+    case.validate_response(response, checks=[status_code_conformance, content_type_conformance, response_schema_conformance])

@@ -112,7 +112,11 @@ def test_the_cli_sends_a_key_and_retries_a_lost_connection_with_it(tmp_path: Pat
         seen.append(request.headers.get("Idempotency-Key", ""))
         if len(seen) == 1:
             raise httpx.ConnectError("connection reset", request=request)
-        return httpx.Response(201, json={"id": "t-cli", "state": "queued"})
+        # A whole task body: the client parses answers into TaskResponse.
+        task = {"id": "t-cli", "name": "cli-task", "tenant": "ai-lab", "env": "dev", "type": "training", "priority": "normal", "state": "queued"}
+        none = ("template", "cluster", "backend", "job_id", "exit_code", "message", "fallback_used", "admitted_at", "started_at", "finished_at")
+        task |= {**dict.fromkeys(none), "attempt": 0, "created_by": "admin", "created_at": "2026-01-01T00:00:00Z", "placements": []}
+        return httpx.Response(201, json=task)
 
     monkeypatch.setattr(cli, "_client", lambda url, token: HetpoolClient("http://hetpool", "tok", transport=httpx.MockTransport(handler)))
     task = tmp_path / "task.yaml"

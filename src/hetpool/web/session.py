@@ -9,26 +9,34 @@ Sessions live on the server (hetpool.server.services.web_sessions): sign-in chec
 token once, then the HttpOnly, SameSite=Strict cookie (Secure over https) holds only a
 random session id. Each page resolves it to the user, and its in-process API calls carry
 that user in the ASGI scope, never a token. Forms that change something carry a CSRF value
-derived from the session id, so each session has its own."""
+derived from the session id, so each session has its own.
+
+Answers a page reads as data come back parsed into the API's own response models
+(`Api.get_as`, hetpool.server.schemas): a route whose answer drifts from its model breaks
+a test here, not a page. Templates read them as before (Jinja falls back from
+`task["state"]` to the attribute)."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import httpx
 from fastapi import Request
+from pydantic import TypeAdapter
 from starlette.concurrency import run_in_threadpool
 
+from hetpool.server.schemas.users import WhoamiResponse
 from hetpool.server.services import web_sessions
 from hetpool.server.services.web_sessions import WebCaller
 
 SESSION_COOKIE = "hetpool_session"
 LANG_COOKIE = "hetpool_lang"
 _INTERNAL_BASE = "http://hetpool.internal"
+Model = TypeVar("Model")
 
 
 class LoginRequired(Exception):
@@ -111,6 +119,13 @@ class Api:
     async def put(self, path: str, json: Any = None) -> Any:
         return await self.call("PUT", path, json=json)
 
+    async def get_as(self, model: type[Model], path: str, **params: Any) -> Model:
+        """GET parsed into `model` (a response model, or e.g. list[TaskResponse])."""
+        return TypeAdapter(model).validate_python(await self.get(path, **params))
+
+    async def post_as(self, model: type[Model], path: str, json: Any = None, **params: Any) -> Model:
+        return TypeAdapter(model).validate_python(await self.post(path, json=json, **params))
+
 
 @dataclass
 class Viewer:
@@ -151,13 +166,13 @@ async def viewer(request: Request) -> Viewer:
     if caller is None:
         raise LoginRequired(next_path)
     api = Api(request, caller)
-    me = await api.get("/api/v1/whoami")
+    me = await api.get_as(WhoamiResponse, "/api/v1/whoami")
     return Viewer(
         api=api,
-        name=me["name"],
-        role=me["role"],
-        language=me.get("language"),
-        actions=me.get("actions", {}),
+        name=me.name,
+        role=me.role,
+        language=me.language,
+        actions=me.actions,
         session_id=request.cookies.get(SESSION_COOKIE, ""),
     )
 

@@ -9,14 +9,18 @@ from fastapi import APIRouter, Body, Depends, Header, Query, Response
 from hetpool.core.states import TaskState
 from hetpool.core.tenancy import validate_tenant_path
 from hetpool.server.deps import get_ctx, get_principal
-from hetpool.server.schemas.bodies import LogsResponse
-from hetpool.server.schemas.params import Offset
-from hetpool.server.services import access, idempotency
+from hetpool.server.routers.params import Offset
+from hetpool.server.schemas.common import ERROR_RESPONSES
+from hetpool.server.schemas.tasks import LogsResponse, PlanResponse, TaskResponse
+from hetpool.server.services import access, idempotency, task_lifecycle, task_views
 from hetpool.server.services import tasks as task_service
 from hetpool.server.services.auth import Principal
 from hetpool.server.services.context import ServiceContext
 
-router = APIRouter(prefix="/api/v1/tasks", tags=["tasks"])
+router = APIRouter(prefix="/api/v1/tasks", tags=["tasks"], responses=ERROR_RESPONSES)
+# Keys that apply only to some tasks (pending, approval) or only to the detail view are
+# left out rather than sent as null: response_model_exclude_unset keeps the body as built.
+_TASK = {"response_model": TaskResponse, "response_model_exclude_unset": True}
 
 TASK_EXAMPLE = {
     "name": "llama3-8b-sft",
@@ -45,12 +49,17 @@ def doc_tenant(doc: Any) -> str | None:
 
 def _visible_row(session, user: Principal, task_id: str, action: str):
     """The task if the user may do `action` on it; 404 if it may not even read it."""
-    row = task_service.get_row(session, task_id)
+    row = task_lifecycle.get_row(session, task_id)
     access.require_visible(user, action, row.tenant, f"task {task_id!r}")
     return row
 
 
-@router.post("/plan", summary="Where the task would run now, fallback and reasons; commits nothing")
+@router.post(
+    "/plan",
+    response_model=PlanResponse,
+    response_model_exclude_unset=True,
+    summary="Where the task would run now, fallback and reasons; commits nothing",
+)
 def plan(
     doc: dict[str, Any] = Body(..., examples=[TASK_EXAMPLE]),
     ctx: ServiceContext = Depends(get_ctx),
@@ -64,6 +73,7 @@ def plan(
 @router.post(
     "",
     status_code=201,
+    **_TASK,
     summary="Submit a task",
     description="With an Idempotency-Key header, a retry with the same key and body returns the first task "
     "(status 200, header Idempotent-Replayed: true) instead of creating another; the same key with another body is a 409.",
@@ -83,7 +93,7 @@ def submit(
     return body
 
 
-@router.get("", summary="List tasks, newest first")
+@router.get("", response_model=list[TaskResponse], response_model_exclude_unset=True, summary="List tasks, newest first")
 def list_tasks(
     state: TaskState | None = Query(default=None),
     tenant: str | None = Query(default=None, max_length=200),
@@ -94,22 +104,22 @@ def list_tasks(
     access.require(user, "task.read")
     scopes = access.visible_tenants(user)  # other teams' tasks are not listed
     with ctx.db.transaction() as session:
-        rows = task_service.list_tasks(session, state=state.value if state else None, tenant=tenant, limit=limit, scopes=scopes)
-        return [task_service.task_dict(session, r) for r in rows]
+        rows = task_views.list_tasks(session, state=state.value if state else None, tenant=tenant, limit=limit, scopes=scopes)
+        return [task_views.task_dict(session, r) for r in rows]
 
 
-@router.get("/{task_id}", summary="A task with its placement, explanation and timeline")
+@router.get("/{task_id}", **_TASK, summary="A task with its placement, explanation and timeline")
 def get_task(task_id: str, ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get_principal)) -> dict:
     with ctx.db.transaction() as session:
-        return task_service.task_dict(session, _visible_row(session, user, task_id, "task.read"), detail=True)
+        return task_views.task_dict(session, _visible_row(session, user, task_id, "task.read"), detail=True)
 
 
-@router.post("/{task_id}/cancel", summary="Cancel a task (running work is stopped on its backend)")
+@router.post("/{task_id}/cancel", **_TASK, summary="Cancel a task (running work is stopped on its backend)")
 def cancel(task_id: str, ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get_principal)) -> dict:
     with ctx.db.transaction() as session:
         _visible_row(session, user, task_id, "task.cancel")
-        row = task_service.cancel(ctx, session, task_id, user.name)
-        return task_service.task_dict(session, row)
+        row = task_lifecycle.cancel(ctx, session, task_id, user.name)
+        return task_views.task_dict(session, row)
 
 
 @router.get("/{task_id}/logs", response_model=LogsResponse, summary="Output of one worker, from a byte offset")
@@ -123,4 +133,4 @@ def logs(
 ) -> dict:
     with ctx.db.transaction() as session:
         _visible_row(session, user, task_id, "task.logs")
-        return task_service.logs(ctx, session, task_id, rank=rank, offset=offset, limit=limit)
+        return task_views.logs(ctx, session, task_id, rank=rank, offset=offset, limit=limit)

@@ -33,6 +33,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from hetpool.core.states import TaskState
+from hetpool.server.schemas.tasks import LogsResponse
 from hetpool.web.i18n import C_, N_, Message
 from hetpool.web.render import render
 from hetpool.web.session import ApiError, Viewer, check_csrf, viewer
@@ -139,8 +140,9 @@ def detail_view(task: dict, user: Viewer) -> dict:
     }
 
 
-async def _read_log(user: Viewer, task_id: str, rank: int, offset: int) -> dict:
-    return await user.api.get(f"/api/v1/tasks/{quote(task_id, safe='')}/logs", rank=rank, offset=offset, limit=LOG_READ_BYTES)
+async def _read_log(user: Viewer, task_id: str, rank: int, offset: int) -> LogsResponse:
+    path = f"/api/v1/tasks/{quote(task_id, safe='')}/logs"
+    return await user.api.get_as(LogsResponse, path, rank=rank, offset=offset, limit=LOG_READ_BYTES)
 
 
 async def _log_tail(user: Viewer, task_id: str, rank: int) -> dict:
@@ -149,11 +151,11 @@ async def _log_tail(user: Viewer, task_id: str, rank: int) -> dict:
     try:
         for _ in range(LOG_MAX_READS):
             chunk = await _read_log(user, task_id, rank, offset)
-            text += chunk.get("text", "")
+            text += chunk.text
             if len(text) > LOG_TAIL_CHARS:
                 text, truncated = text[-LOG_TAIL_CHARS:], True
-            moved = chunk.get("offset", offset) - offset
-            offset, complete = max(chunk.get("offset", offset), offset), bool(chunk.get("complete"))
+            moved = chunk.offset - offset
+            offset, complete = max(chunk.offset, offset), chunk.complete
             if moved < LOG_READ_BYTES:  # a short read: this is the end for now
                 break
     except ApiError as exc:  # e.g. a viewer may read the task but not its logs
