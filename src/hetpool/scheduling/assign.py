@@ -34,7 +34,7 @@ from hetpool.scheduling.filters import (
     workers_fit,
     workers_fit_per_row,
 )
-from hetpool.scheduling.snapshot import Snapshot
+from hetpool.scheduling.snapshot import PoolView, Snapshot
 
 REASON_UNKNOWN_CANDIDATE = "unknown device model or pool"
 REASON_NO_POOLS = "no pool offers the requested devices"
@@ -349,6 +349,74 @@ def _partitions(snap: Snapshot, rows: np.ndarray, same: str) -> list[np.ndarray]
     return sorted(parts, key=lambda part: -int(snap.whole_free()[part].sum()))
 
 
+@dataclass
+class _Limits:
+    """What the task's request and the caller rule out, worked out once per assign()."""
+
+    use_class: bool  # no named candidates: any pool of the device class
+    allowed_pools: set[str] | None
+    excluded: np.ndarray  # per node: excluded by the task
+    held: np.ndarray  # per node: reserved for a blocked queue head
+    any_excluded: bool
+    whole_demand: bool  # whole devices only: a pool's idle count can rule it out
+
+
+def _limits(snap: Snapshot, task: TaskSpec, allowed_pools: set[str] | None, reserved_nodes: np.ndarray | None) -> _Limits:
+    demand = task.per_worker.devices
+    excluded = np.zeros(len(snap.node_names), dtype=bool)
+    for name in task.exclude_nodes:
+        if name in snap.node_by_name:
+            excluded[snap.node_by_name[name]] = True
+    held = reserved_nodes if reserved_nodes is not None else np.zeros(len(snap.node_names), dtype=bool)
+    return _Limits(
+        use_class=not (task.fallback or task.any_of or (demand is not None and demand.models)),
+        allowed_pools=allowed_pools,
+        excluded=excluded,
+        held=held,
+        any_excluded=bool(excluded.any()) or bool(held.any()),
+        whole_demand=demand is not None and demand.count >= 1 and not (demand.memory_gb or demand.cores_percent),
+    )
+
+
+def _usable_rows(snap: Snapshot, pool: PoolView, task: TaskSpec, compat_check: CompatCheck, limits: _Limits, attempt: Attempt) -> np.ndarray | None:
+    """The pool's rows the task may use, counting why the others may not; None: none of them."""
+    demand = task.per_worker.devices
+    if limits.use_class and not class_matches(pool, demand.device_class if demand is not None else None):
+        attempt.reasons[REASON_CLASS] += len(pool.rows)
+        return None
+    allowed_pools = limits.allowed_pools
+    if allowed_pools is not None and pool.name not in allowed_pools and pool.model.name not in allowed_pools:
+        attempt.reasons[REASON_QUEUE_POOLS] += len(pool.rows)
+        return None
+    verdict = pool_verdict(pool, task, compat_check)
+    if not verdict.ok:
+        attempt.reasons[verdict.reason] += max(len(pool.rows), 1)
+        attempt.details.append(f"{pool.name}: {verdict.detail}")
+        return None
+    pool_rows = pool.row_array
+    if task.features:
+        lacking = rows_lacking_features(snap, pool, pool_rows, task)
+        if lacking.any():
+            attempt.reasons[REASON_FEATURES] += int(lacking.sum())
+            pool_rows = pool_rows[~lacking]
+    if limits.whole_demand and snap.pool_free_whole[pool.index] < demand.count:
+        # A full pool: skip its rows without looking (the common case on a busy estate).
+        too_small = int((snap.device_totals()[pool_rows] < demand.count).sum())
+        for reason, count in ((REASON_DEVICES_TOTAL, too_small), (REASON_DEVICES, len(pool_rows) - too_small)):
+            if count:
+                attempt.reasons[reason] += count
+        return None
+    if limits.any_excluded:
+        excluded, held = limits.excluded, limits.held
+        row_nodes = snap.row_node[pool_rows]
+        for mask, reason in ((excluded, REASON_EXCLUDED), (held & ~excluded, REASON_RESERVED_NODE)):
+            hits = int(mask[row_nodes].sum())
+            if hits:
+                attempt.reasons[reason] += hits
+        pool_rows = pool_rows[~(excluded | held)[row_nodes]]
+    return pool_rows
+
+
 def assign(
     snap: Snapshot,
     task: TaskSpec,
@@ -369,17 +437,9 @@ def assign(
     snapshot), saving the caller from taking it again.
     """
     demand = task.per_worker.devices
-    device_class = demand.device_class if demand is not None else None
-    use_class = not (task.fallback or task.any_of or (demand is not None and demand.models))
     spread = spreads(task, placement)
     same = task.topology.same if task.topology else "none"
-    excluded = np.zeros(len(snap.node_names), dtype=bool)
-    for name in task.exclude_nodes:
-        if name in snap.node_by_name:
-            excluded[snap.node_by_name[name]] = True
-    held = reserved_nodes if reserved_nodes is not None else np.zeros(len(snap.node_names), dtype=bool)
-    any_excluded = bool(excluded.any()) or bool(held.any())
-    whole_demand = demand is not None and demand.count >= 1 and not (demand.memory_gb or demand.cores_percent)
+    limits = _limits(snap, task, allowed_pools, reserved_nodes)
     attempts: list[Attempt] = []
     for position, group in enumerate(candidate_groups(snap, task)):
         pools = [snap.pools[i] for i in group.pools]
@@ -393,39 +453,10 @@ def assign(
         row_parts: list[np.ndarray] = []
         fraction_parts: list[np.ndarray] = []
         for pool in pools:
-            if use_class and not class_matches(pool, device_class):
-                attempt.reasons[REASON_CLASS] += len(pool.rows)
-                continue
-            if allowed_pools is not None and pool.name not in allowed_pools and pool.model.name not in allowed_pools:
-                attempt.reasons[REASON_QUEUE_POOLS] += len(pool.rows)
-                continue
-            verdict = pool_verdict(pool, task, compat_check)
-            if not verdict.ok:
-                attempt.reasons[verdict.reason] += max(len(pool.rows), 1)
-                attempt.details.append(f"{pool.name}: {verdict.detail}")
-                continue
-            pool_rows = pool.row_array
-            if task.features:
-                lacking = rows_lacking_features(snap, pool, pool_rows, task)
-                if lacking.any():
-                    attempt.reasons[REASON_FEATURES] += int(lacking.sum())
-                    pool_rows = pool_rows[~lacking]
-            if whole_demand and snap.pool_free_whole[pool.index] < demand.count:
-                # A full pool: skip its rows without looking (the common case on a busy estate).
-                too_small = int((snap.device_totals()[pool_rows] < demand.count).sum())
-                for reason, count in ((REASON_DEVICES_TOTAL, too_small), (REASON_DEVICES, len(pool_rows) - too_small)):
-                    if count:
-                        attempt.reasons[reason] += count
-                continue
-            if any_excluded:
-                row_nodes = snap.row_node[pool_rows]
-                for mask, reason in ((excluded, REASON_EXCLUDED), (held & ~excluded, REASON_RESERVED_NODE)):
-                    hits = int(mask[row_nodes].sum())
-                    if hits:
-                        attempt.reasons[reason] += hits
-                pool_rows = pool_rows[~(excluded | held)[row_nodes]]
-            row_parts.append(pool_rows)
-            fraction_parts.append((len(pool_rows), slice_fraction(pool, task)))
+            pool_rows = _usable_rows(snap, pool, task, compat_check, limits, attempt)
+            if pool_rows is not None:
+                row_parts.append(pool_rows)
+                fraction_parts.append((len(pool_rows), slice_fraction(pool, task)))
         row_arr = np.concatenate(row_parts) if len(row_parts) > 1 else (row_parts[0] if row_parts else np.zeros(0, dtype=np.int64))
         if not len(row_arr):
             continue
@@ -434,23 +465,35 @@ def assign(
         fit = workers_fit(snap, row_arr, task, fractions)
         attempt.workers_fit = int(fit.sum())
         if attempt.workers_fit >= task.workers:
-            for part in _partitions(snap, row_arr, same):
-                if same == "none":
-                    part_fractions, part_fit = fractions, fit
-                else:
-                    selected = np.isin(row_arr, part)
-                    part_fractions = None if fractions is None else fractions[selected]
-                    part_fit = fit[selected]
-                placements = _place_group(snap, task, part, part_fractions, spread, part_fit, commit)
-                if placements is not None:
-                    attempt.outcome = "fit"
-                    return Assignment(feasible=True, placements=placements, fallback_used=position > 0, attempts=attempts, chosen=group.label)
-        _, reasons = workers_fit_per_row(snap, row_arr, task, fractions)  # only now: the slow, explaining pass
-        attempt.reasons.update(r for r in reasons if r)
-        if attempt.workers_fit >= task.workers and same != "none":
-            attempt.reasons[REASON_TOPOLOGY] += 1
-            attempt.details.append(f"{attempt.workers_fit} workers fit across the estate, but not within one {same.replace('_', ' ')}")
-        elif attempt.workers_fit > 0:
-            attempt.reasons[REASON_GANG] += 1
-            attempt.details.append(f"{attempt.workers_fit} of {task.workers} workers fit now")
+            placements = _place_in_a_part(snap, task, row_arr, fractions, fit, same, spread, commit)
+            if placements is not None:
+                attempt.outcome = "fit"
+                return Assignment(feasible=True, placements=placements, fallback_used=position > 0, attempts=attempts, chosen=group.label)
+        _explain_no_fit(snap, task, row_arr, fractions, same, attempt)
     return Assignment(feasible=False, placements=[], fallback_used=False, attempts=attempts)
+
+
+def _place_in_a_part(snap, task, row_arr, fractions, fit, same: str, spread: bool, commit: bool) -> list[WorkerPlacement] | None:
+    """Place the gang within one node / zone / network group (`same`), trying the parts in turn."""
+    for part in _partitions(snap, row_arr, same):
+        if same == "none":
+            part_fractions, part_fit = fractions, fit
+        else:
+            selected = np.isin(row_arr, part)
+            part_fractions = None if fractions is None else fractions[selected]
+            part_fit = fit[selected]
+        placements = _place_group(snap, task, part, part_fractions, spread, part_fit, commit)
+        if placements is not None:
+            return placements
+    return None
+
+
+def _explain_no_fit(snap: Snapshot, task: TaskSpec, row_arr: np.ndarray, fractions, same: str, attempt: Attempt) -> None:
+    _, reasons = workers_fit_per_row(snap, row_arr, task, fractions)  # only now: the slow, explaining pass
+    attempt.reasons.update(r for r in reasons if r)
+    if attempt.workers_fit >= task.workers and same != "none":
+        attempt.reasons[REASON_TOPOLOGY] += 1
+        attempt.details.append(f"{attempt.workers_fit} workers fit across the estate, but not within one {same.replace('_', ' ')}")
+    elif attempt.workers_fit > 0:
+        attempt.reasons[REASON_GANG] += 1
+        attempt.details.append(f"{attempt.workers_fit} of {task.workers} workers fit now")

@@ -265,19 +265,50 @@ def build_snapshot(
     healthy = np.array([n.schedulable and n.name not in unhealthy_nodes for n in nodes], dtype=bool)
     total_cpu = np.array([float(n.cpu_cores) for n in nodes], dtype=np.float64)
     total_mem = np.array([float(n.memory_gb) for n in nodes], dtype=np.float64)
-
-    views: list[PoolView] = []
-    row_node: list[int] = []
-    row_pool: list[int] = []
-    dev_free: list[np.ndarray] = []
-    row_islands: list[np.ndarray] = []
-    broken = unhealthy_devices or {}
+    rows = _Rows()
     for spec in sorted(pools, key=lambda p: p.name):
         model = models.get(spec.model)
         cluster = cluster_by_name.get(spec.cluster)
         if model is None or cluster is None:
             continue
-        view = PoolView(index=len(views), spec=spec, model=model, cluster=cluster, stack=None)
+        rows.add_pool(spec, model, cluster, nodes, node_by_name, unhealthy_devices or {})
+    dev_free = rows.dev_free
+    snap = Snapshot(
+        pools=rows.views,
+        node_names=[n.name for n in nodes],
+        node_specs=list(nodes),
+        node_zone=node_zone,
+        node_healthy=healthy,
+        free_cpu=total_cpu.copy(),
+        free_mem=total_mem.copy(),
+        total_cpu=total_cpu,
+        total_mem=total_mem,
+        row_node=np.array(rows.row_node, dtype=np.int64),
+        row_pool=np.array(rows.row_pool, dtype=np.int64),
+        dev_free=DeviceMatrix.from_rows(dev_free),
+        row_free_whole=np.array([int((d >= 1.0).sum()) for d in dev_free], dtype=np.int64),
+        row_total=np.array([len(d) for d in dev_free], dtype=np.int64),
+        row_islands=rows.row_islands,
+        pool_by_name={v.name: v.index for v in rows.views},
+        node_by_name=node_by_name,
+    )
+    _subtract(snap, allocations)
+    _hold_external(snap, external_busy or {})
+    return snap
+
+
+@dataclass
+class _Rows:
+    """The (node, pool) rows of a snapshot being built, pool by pool."""
+
+    views: list[PoolView] = field(default_factory=list)
+    row_node: list[int] = field(default_factory=list)
+    row_pool: list[int] = field(default_factory=list)
+    dev_free: list[np.ndarray] = field(default_factory=list)
+    row_islands: list[np.ndarray] = field(default_factory=list)
+
+    def add_pool(self, spec: PoolSpec, model, cluster, nodes: list[NodeSpec], node_by_name: dict[str, int], broken: dict[str, set[int]]) -> None:
+        view = PoolView(index=len(self.views), spec=spec, model=model, cluster=cluster, stack=None)
         for node_name in spec.nodes:
             n = node_by_name.get(node_name)
             if n is None:
@@ -288,7 +319,7 @@ def build_snapshot(
             if count == 0 and model.device_class != "cpu":
                 continue
             # A CPU pool row exposes the node's sockets as "devices" (usually 1 or 2).
-            view.rows.append(len(row_node))
+            view.rows.append(len(self.row_node))
             extra_features = node_features(node)
             if extra_features:
                 view.node_features.append(extra_features)
@@ -296,49 +327,35 @@ def build_snapshot(
             # guarantees every node of a pool ends up with the same effective stack.
             if view.stack is None:
                 view.stack = effective_stack(node, spec)
-            row_node.append(n)
-            row_pool.append(view.index)
+            self.row_node.append(n)
+            self.row_pool.append(view.index)
             devices = np.ones(max(count, 1 if model.device_class == "cpu" else 0), dtype=np.float64)
             for i in broken.get(node.name, ()):
                 if 0 <= i < len(devices):
                     devices[i] = -1.0  # an abnormal device is never free
-            dev_free.append(devices)
+            self.dev_free.append(devices)
             islands = np.zeros(len(devices), dtype=np.int64)
             if group and len(group.islands) == len(devices):
                 islands[:] = group.islands
-            row_islands.append(islands)
-        views.append(view)
+            self.row_islands.append(islands)
+        self.views.append(view)
 
-    snap = Snapshot(
-        pools=views,
-        node_names=[n.name for n in nodes],
-        node_specs=list(nodes),
-        node_zone=node_zone,
-        node_healthy=healthy,
-        free_cpu=total_cpu.copy(),
-        free_mem=total_mem.copy(),
-        total_cpu=total_cpu,
-        total_mem=total_mem,
-        row_node=np.array(row_node, dtype=np.int64),
-        row_pool=np.array(row_pool, dtype=np.int64),
-        dev_free=DeviceMatrix.from_rows(dev_free),
-        row_free_whole=np.array([int((d >= 1.0).sum()) for d in dev_free], dtype=np.int64),
-        row_total=np.array([len(d) for d in dev_free], dtype=np.int64),
-        row_islands=row_islands,
-        pool_by_name={v.name: v.index for v in views},
-        node_by_name=node_by_name,
-    )
+
+def _subtract(snap: Snapshot, allocations: list[Allocation]) -> None:
     for alloc in allocations:
         row = snap.row_of(alloc.node, alloc.pool)
         if row is None:
-            n = node_by_name.get(alloc.node)
+            n = snap.node_by_name.get(alloc.node)
             if n is not None:  # pool gone: still hold the node's CPU and memory
                 snap.free_cpu[n] -= alloc.cpu
                 snap.free_mem[n] -= alloc.memory_gb
             continue
         snap.take(row, alloc.device_indices, alloc.device_fraction, alloc.cpu, alloc.memory_gb)
-    for node_name, per_model in (external_busy or {}).items():
-        for view in views:
+
+
+def _hold_external(snap: Snapshot, external_busy: dict[str, dict[str, int]]) -> None:
+    for node_name, per_model in external_busy.items():
+        for view in snap.pools:
             count = per_model.get(view.spec.model, 0)
             row = snap.row_of(node_name, view.name) if count > 0 else None
             if row is None:
@@ -346,4 +363,3 @@ def build_snapshot(
             free = np.flatnonzero(snap.dev_free[row] >= 1.0 - 1e-9)[:count]
             if len(free):
                 snap.take(row, tuple(int(i) for i in free), 1.0, 0.0, 0.0)
-    return snap
