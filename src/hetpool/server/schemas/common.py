@@ -6,15 +6,25 @@ SQLAlchemy (tests/test_layers.py)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 # A count or an amount the server writes as given: an int stays an int on the wire
 # (a plain `float` field would turn 5 into 5.0 and change what the CLI prints).
 Number = int | float
 # An object document (kind: + fields) as stored and shown: its shape is the kind's spec (core/).
-Document = dict[str, Any]
+Document = Annotated[
+    dict[str, Any],
+    WithJsonSchema(
+        {
+            "type": "object",
+            "description": "an object document: kind, name and the kind's fields (the specs of hetpool.core)",
+            "properties": {"kind": {"type": "string"}, "name": {"type": "string"}},
+            "additionalProperties": True,
+        }
+    ),
+]
 
 
 class ApiModel(BaseModel):
