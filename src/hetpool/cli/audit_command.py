@@ -37,6 +37,14 @@ def show_verify(result: dict, output: OutputFormat) -> None:
 def register(audit_app: typer.Typer) -> None:
     from hetpool.cli.main import OutOpt, TokenOpt, UrlOpt, _client, handles_errors
 
+    kit = (UrlOpt, TokenOpt, OutOpt, _client, handles_errors)
+    _register_reading(audit_app, kit)
+    _register_checking(audit_app, kit)
+
+
+def _register_reading(audit_app: typer.Typer, kit: tuple) -> None:
+    """audit list | export."""
+    UrlOpt, TokenOpt, OutOpt, _client, handles_errors = kit
     object_opt = typer.Option(None, "--object", help="object id (task id, node, pool …)")
     kind_opt = typer.Option(None, "--kind", help="object kind: Task, Node, Pool, Quota …")
     actor_opt = typer.Option(None, "--actor", help="who did it (user, scheduler, reclaimer …)")
@@ -103,6 +111,11 @@ def register(audit_app: typer.Typer) -> None:
                 raise
             partial.replace(file)
         console.print(f"audit events written to {file}", highlight=False)
+
+
+def _register_checking(audit_app: typer.Typer, kit: tuple) -> None:
+    """audit verify | checkpoint."""
+    UrlOpt, TokenOpt, OutOpt, _client, handles_errors = kit
 
     @audit_app.command("verify")
     @handles_errors

@@ -28,6 +28,14 @@ def register(app: typer.Typer) -> None:
 
     cost_app = typer.Typer(no_args_is_help=True, help="Cost: chargeback reports, the usage ledger and budgets.")
     app.add_typer(cost_app, name="cost")
+    kit = (UrlOpt, TokenOpt, OutOpt, _client, handles_errors)
+    _register_spending(cost_app, kit)
+    _register_budgets(cost_app, kit)
+
+
+def _register_spending(cost_app: typer.Typer, kit: tuple) -> None:
+    """cost report | ledger."""
+    UrlOpt, TokenOpt, OutOpt, _client, handles_errors = kit
 
     @cost_app.command("report")
     @handles_errors
@@ -91,6 +99,11 @@ def register(app: typer.Typer) -> None:
         )
         totals = ", ".join(f"{_money(v)} {c}" for c, v in data.cost_by_currency.items()) or "0"
         console.print(f"rows {data.offset + 1 if data.rows else 0}–{data.offset + len(data.rows)} of {data.count}; total {totals}")
+
+
+def _register_budgets(cost_app: typer.Typer, kit: tuple) -> None:
+    """cost budgets."""
+    UrlOpt, TokenOpt, OutOpt, _client, handles_errors = kit
 
     @cost_app.command("budgets")
     @handles_errors

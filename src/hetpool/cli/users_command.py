@@ -43,6 +43,17 @@ def _bindings_text(user: dict) -> str:
 def register(app: typer.Typer) -> None:
     from hetpool.cli.main import OutOpt, TokenOpt, UrlOpt, _client, handles_errors
 
+    kit = (UrlOpt, TokenOpt, OutOpt, _client, handles_errors)
+    _register_users(kit)
+    _register_tokens(kit)
+    _register_whoami(app, kit)
+    app.add_typer(users_app, name="users")
+    app.add_typer(tokens_app, name="tokens")
+
+
+def _register_users(kit: tuple) -> None:
+    """users create | list | get | bind | unbind | delete."""
+    UrlOpt, TokenOpt, OutOpt, _client, handles_errors = kit
     RoleOpt = typer.Option(None, "--role", help=ROLE_HELP)
     TenantOpt = typer.Option(None, "--tenant", help="tenant subtree for --role (leave out for platform-admin, auditor, agent)")
     BindOpt = typer.Option(None, "--bind", help="role=tenant (or a global role alone); repeatable")
@@ -129,6 +140,11 @@ def register(app: typer.Typer) -> None:
             client.delete_user(name)
         console.print(f"user/{name} deleted")
 
+
+def _register_tokens(kit: tuple) -> None:
+    """tokens create | list | revoke."""
+    UrlOpt, TokenOpt, OutOpt, _client, handles_errors = kit
+
     @tokens_app.command("create")
     @handles_errors
     def token_create(
@@ -159,9 +175,7 @@ def register(app: typer.Typer) -> None:
         with _client(url, token) as client:
             tokens = client.list_tokens(user)
         if not emit_data(tokens, output):
-            rows = [
-                [t.id, t.user, t.label, t.state, t.created_at, t.expires_at or "never", t.last_used_at or "-"] for t in tokens
-            ]
+            rows = [[t.id, t.user, t.label, t.state, t.created_at, t.expires_at or "never", t.last_used_at or "-"] for t in tokens]
             table(["ID", "USER", "LABEL", "STATE", "CREATED", "EXPIRES", "LAST USED"], rows)
 
     @tokens_app.command("revoke")
@@ -171,6 +185,10 @@ def register(app: typer.Typer) -> None:
         with _client(url, token) as client:
             revoked = client.revoke_token(token_id)
         console.print(f"token {revoked.id} of {revoked.user} revoked")
+
+
+def _register_whoami(app: typer.Typer, kit: tuple) -> None:
+    UrlOpt, TokenOpt, OutOpt, _client, handles_errors = kit
 
     @app.command()
     @handles_errors
@@ -183,6 +201,3 @@ def register(app: typer.Typer) -> None:
         console.print(f"{me.name} ({me.role or 'no role'}, via {me.via}): {_bindings_text(me)}")
         for action, scopes in me.actions.items():
             console.print(f"  {action}: {'everywhere' if scopes == '*' else ', '.join(scopes)}")
-
-    app.add_typer(users_app, name="users")
-    app.add_typer(tokens_app, name="tokens")
