@@ -11,7 +11,8 @@ modules named in ALLOWANCES, each with its reason.
 Every import counts: `import a.b`, `from a import b`, `from hetpool import x`, relative
 imports (resolved against the importing module) and imports inside functions or under
 TYPE_CHECKING. A new package without a rule fails. Module size and function length are
-guarded here too (STYLE.md: modules under ~600 lines, functions under ~100).
+guarded here too (STYLE.md: modules under ~600 lines, functions under ~100), and so is the
+absence of hetpool imports inside functions in the core packages and the server.
 """
 
 from __future__ import annotations
@@ -189,6 +190,26 @@ def long_functions(tree: Tree, limit: int = MAX_FUNCTION_LINES) -> list[str]:
     return found
 
 
+def imports_inside_functions(tree: Tree, packages: tuple[str, ...]) -> list[str]:
+    """hetpool imports placed inside a function: a cycle dodged instead of a module moved.
+    (Lazy imports of optional third-party packages are fine and not reported.)"""
+    found: set[str] = set()
+    for package in packages:
+        for path in tree.modules(package):
+            for func in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+                if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
+                    continue
+                for node in ast.walk(func):
+                    local = isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0] == "hetpool")
+                    local = local or (isinstance(node, ast.Import) and any(a.name.split(".")[0] == "hetpool" for a in node.names))
+                    if local:
+                        found.add(f"{path.relative_to(tree.root)}:{node.lineno}")
+    return sorted(found)
+
+
+# Where an import inside a function is never the answer (issue 15).
+NO_LOCAL_IMPORTS = ("core", "catalog", "scheduling", "governance", "sim", "server")
+
 REAL = Tree(SRC)
 
 
@@ -216,6 +237,11 @@ def test_modules_stay_small() -> None:
 def test_functions_stay_short() -> None:
     long = long_functions(REAL)
     assert not long, f"functions over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(long)
+
+
+def test_no_hetpool_import_inside_a_function() -> None:
+    found = imports_inside_functions(REAL, NO_LOCAL_IMPORTS)
+    assert not found, "hetpool imports inside functions:\n" + "\n".join(found)
 
 
 # --- the checker itself: each kind of violation in a fake tree must be reported ---------
@@ -281,3 +307,9 @@ def test_checker_reports_each_kind_of_violation(fake: Tree) -> None:
 def test_checker_reports_long_modules_and_functions(fake: Tree) -> None:
     assert long_modules(fake) == ["core/long.py: 621"]
     assert long_functions(fake) == ["core/long.py:1 f: 121"]
+
+
+def test_checker_reports_imports_inside_functions(fake: Tree) -> None:
+    (fake.root / "core" / "lazy.py").write_text("def f():\n    import yaml\n    from hetpool.core import ok\n    from . import ok as again\n")
+    # yaml (third-party, optional-style lazy import) and scheduling's sqlalchemy are not hetpool imports
+    assert imports_inside_functions(fake, ("core", "scheduling")) == ["core/lazy.py:3", "core/lazy.py:4"]
