@@ -60,9 +60,6 @@ RULES: dict[str, Rule] = {
     "sim": Rule(_hp("core", "catalog", "scheduling", "governance"), OUTSIDE_WORLD),
     "agent": Rule(_hp("core", "catalog"), OUTSIDE_WORLD),
     "engines": Rule(_hp("core", "catalog"), NOT_FOR_ENGINES),
-    # Until the move to engines/ is finished (a rule for a package that is gone is unused).
-    "backends": Rule(_hp("core", "catalog"), NOT_FOR_ENGINES),
-    "connectors": Rule(_hp("core", "catalog"), NOT_FOR_ENGINES),
     "server": Rule(_hp("core", "catalog", "scheduling", "governance", "engines", "sim"), frozenset({"typer"})),
     "server/schemas": Rule(_hp("core", "server.schemas"), only=frozenset({"pydantic"})),
     "web": Rule(_hp("core", "server.schemas"), SERVER_SIDE | {"typer"}),
