@@ -98,7 +98,7 @@ def test_concurrent_first_requests_with_one_key_create_one_task(ctx: ServiceCont
     for t in threads:
         t.join(60)
     assert not errors, errors
-    assert len({body["id"] for body, _ in results}) == 1
+    assert len({body.id for body, _ in results}) == 1
     assert sorted(replayed for _, replayed in results) == [False] + [True] * (n - 1)
     assert tasks_named(ctx, "idem-task") == 1
 

@@ -105,13 +105,13 @@ def list_tasks(
     scopes = access.visible_tenants(user)  # other teams' tasks are not listed
     with ctx.db.transaction() as session:
         rows = task_views.list_tasks(session, state=state.value if state else None, tenant=tenant, limit=limit, scopes=scopes)
-        return [task_views.task_dict(session, r) for r in rows]
+        return [task_views.task_response(session, r) for r in rows]
 
 
 @router.get("/{task_id}", **_TASK, summary="A task with its placement, explanation and timeline")
 def get_task(task_id: str, ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get_principal)) -> dict:
     with ctx.db.transaction() as session:
-        return task_views.task_dict(session, _visible_row(session, user, task_id, "task.read"), detail=True)
+        return task_views.task_response(session, _visible_row(session, user, task_id, "task.read"), detail=True)
 
 
 @router.post("/{task_id}/cancel", **_TASK, summary="Cancel a task (running work is stopped on its backend)")
@@ -119,7 +119,7 @@ def cancel(task_id: str, ctx: ServiceContext = Depends(get_ctx), user: Principal
     with ctx.db.transaction() as session:
         _visible_row(session, user, task_id, "task.cancel")
         row = task_lifecycle.cancel(ctx, session, task_id, user.name)
-        return task_views.task_dict(session, row)
+        return task_views.task_response(session, row)
 
 
 @router.get("/{task_id}/logs", response_model=LogsResponse, summary="Output of one worker, from a byte offset")

@@ -15,7 +15,7 @@ checks both rules.
               learned runtimes, the scheduler's snapshot); task_planning (spec
               resolution, live snapshot, placement, engine fit)
   governance  quota → approvals
-  tasks       task_views (task_dict, listing, logs); tasks (plan and submit)
+  tasks       task_views (task_response, listing, logs); tasks (plan and submit)
               → idempotency
   views       stats, profiles, resources_view, governance_view
 

@@ -19,10 +19,11 @@ from sqlalchemy.orm import Session
 
 from hetpool.core.errors import ConflictError, SpecError
 from hetpool.server.db.models_idempotency import IdempotencyKeyRow
+from hetpool.server.schemas.tasks import TaskResponse
 from hetpool.server.services import tasks as task_service
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.task_lifecycle import get_row
-from hetpool.server.services.task_views import task_dict
+from hetpool.server.services.task_views import task_response
 
 HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"
@@ -73,28 +74,28 @@ def purge_expired(ctx: ServiceContext, session: Session, user_id: int | None = N
     return session.execute(stmt).rowcount or 0
 
 
-def submit(ctx: ServiceContext, doc: dict, *, user_id: int, actor: str, key: str | None) -> tuple[dict, bool]:
+def submit(ctx: ServiceContext, doc: dict, *, user_id: int, actor: str, key: str | None) -> tuple[TaskResponse, bool]:
     """Submit `doc` (kind already stripped); returns (task body, replayed)."""
     if key is None:
         with ctx.db.transaction() as session:
-            return task_dict(session, task_service.submit(ctx, session, doc, actor)), False
+            return task_response(session, task_service.submit(ctx, session, doc, actor)), False
     check_key(key)
     digest = body_hash(doc)
     try:
         with ctx.db.transaction() as session:
             stored = _stored(ctx, session, user_id, key, digest)
             if stored is not None:
-                return task_dict(session, get_row(session, stored.task_id)), True
+                return task_response(session, get_row(session, stored.task_id)), True
             # Lazily, per user: a user's stale keys go when they next use a new one.
             purge_expired(ctx, session, user_id)
             row = task_service.submit(ctx, session, doc, actor)
             session.add(IdempotencyKeyRow(user_id=user_id, key=key, task_id=row.id, body_hash=digest, created_at=ctx.clock.now()))
             session.flush()  # the unique (user, key) check happens here, before the task commits
-            return task_dict(session, row), False
+            return task_response(session, row), False
     except IntegrityError:
         # A concurrent request with the same key won; its task (and body check) is the answer.
         with ctx.db.transaction() as session:
             stored = _stored(ctx, session, user_id, key, digest)
             if stored is None:
                 raise
-            return task_dict(session, get_row(session, stored.task_id)), True
+            return task_response(session, get_row(session, stored.task_id)), True

@@ -1,4 +1,4 @@
-"""Reading tasks: a task as the API shows it (`task_dict`), the task list, and a worker's log."""
+"""Reading tasks: a task as the API shows it (`task_response`: a TaskResponse), the task list, and a worker's log."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from hetpool.core.errors import SpecError
 from hetpool.core.states import TaskState
 from hetpool.engines.base import JobHandle
 from hetpool.server.db.models import AuditEventRow, PlacementRow, TaskRow
+from hetpool.server.schemas.tasks import TaskResponse
 from hetpool.server.services import audit
 from hetpool.server.services.approvals import pending_for_task
 from hetpool.server.services.context import ServiceContext
@@ -25,7 +26,9 @@ def placements_of(session: Session, row: TaskRow) -> list[PlacementRow]:
     )
 
 
-def task_dict(session: Session, row: TaskRow, *, detail: bool = False) -> dict:
+def task_response(session: Session, row: TaskRow, *, detail: bool = False) -> TaskResponse:
+    """The API's view of a task. Keys that do not apply are left unset (not null): the
+    routes answer with exclude_unset, so a queued task's `pending` is the only sign it waits."""
     body = {
         "id": row.id,
         "name": row.name,
@@ -66,7 +69,7 @@ def task_dict(session: Session, row: TaskRow, *, detail: bool = False) -> dict:
             select(AuditEventRow).where(AuditEventRow.object_kind == "Task", AuditEventRow.object_id == row.id).order_by(AuditEventRow.id)
         ).scalars()
         body["events"] = [audit.event_dict(e) for e in events]
-    return body
+    return TaskResponse.model_validate(body)
 
 
 def _in_subtree(tenant: str):
