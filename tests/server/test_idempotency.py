@@ -132,7 +132,6 @@ def test_the_cli_sends_a_key_and_retries_a_lost_connection_with_it(tmp_path: Pat
 
 def test_a_crash_between_backend_submit_and_commit_is_adopted_by_job_name_not_run_twice(ctx: ServiceContext, api: TestClient, tmp_path: Path) -> None:
     from hetpool.engines.base import job_name
-
     from hetpool.server.services.inventory import load_inventory
     from hetpool.server.services.task_lifecycle import get_row
     from hetpool.server.services.task_views import placements_of
