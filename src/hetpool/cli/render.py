@@ -84,6 +84,8 @@ def plan_report(plan: PlanResponse) -> None:
             console.print(f"runs on: {backend['kind']} backend of cluster {backend['cluster']}")
             for gap in backend.get("unsupported", []):
                 console.print(f"[red]cannot dispatch[/red]: {gap['reason']}")
+            for limit in backend.get("limits", []):
+                console.print(f"engine limits: {limit['feature']}: {limit['reason']}")
     else:
         colour = "red" if not plan.fits_when_idle else "yellow"
         console.print(f"[{colour}]not feasible now[/{colour}] — {plan.explanation['summary']}")

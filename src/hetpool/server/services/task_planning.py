@@ -21,7 +21,7 @@ from hetpool.core.tasks import TaskSpec, apply_template
 from hetpool.core.tenancy import tenant_ancestors
 from hetpool.core.units import format_duration
 from hetpool.engines.base import capabilities
-from hetpool.engines.registry import backend_class, capability_gaps
+from hetpool.engines.registry import backend_class, capability_gaps, unsupported_features
 from hetpool.scheduling.assign import assign
 from hetpool.scheduling.estimate import cost_per_hour, runtime_on
 from hetpool.scheduling.explain import explanation
@@ -149,6 +149,8 @@ def backend_fit(inv: Inventory, spec: TaskSpec, placements) -> dict:
     try:
         declared = capabilities(backend_class(kind))
         gaps = capability_gaps(kind, dict(cluster.backend_config), needs)
+        # The engine's whole unsupported-feature table, so plan shows what it refuses and why.
+        limits = [{"feature": f, "reason": u.reason} for f, u in unsupported_features(kind, dict(cluster.backend_config)).items()]
     except LookupError as exc:
         return {"cluster": cluster.name, "kind": kind, "unsupported": [{"capability": "backend", "reason": str(exc)}]}
-    return {"cluster": cluster.name, "kind": kind, "capabilities": declared, "unsupported": gaps}
+    return {"cluster": cluster.name, "kind": kind, "capabilities": declared, "unsupported": gaps, "limits": limits}
