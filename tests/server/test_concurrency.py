@@ -13,9 +13,9 @@ from collections import Counter
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from hetpool.engines.local import LocalBackend
 from hetpool.core.clock import FixedClock
 from hetpool.core.states import TaskState
+from hetpool.engines.local import LocalBackend
 from hetpool.server.app import create_app
 from hetpool.server.db.models import PlacementRow, TaskRow
 from hetpool.server.db.session import Database

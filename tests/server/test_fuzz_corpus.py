@@ -29,8 +29,8 @@ from urllib.parse import quote
 import pytest
 from fastapi.testclient import TestClient
 
-from hetpool.engines.local import LocalBackend
 from hetpool.core.clock import FixedClock
+from hetpool.engines.local import LocalBackend
 from hetpool.server.app import create_app
 from hetpool.server.db.session import Database
 from hetpool.server.services import auth

@@ -51,7 +51,6 @@ def test_crash_after_backend_submit_does_not_start_the_job_twice(ctx: ServiceCon
 def test_a_new_server_context_reconciles_running_work(ctx: ServiceContext, demo: TestClient, tmp_path: Path) -> None:
     """A second context on the same database and backend directory (a restarted server)."""
     from hetpool.engines.local import LocalBackend
-
     from hetpool.server.workers.loop import run_pass
 
     task_id = demo.post("/api/v1/tasks", json={**example_task("data-prep.yaml"), "command": "echo start; sleep 2"}).json()["id"]

@@ -12,9 +12,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from hetpool import __version__
-from hetpool.engines.local import LocalBackend
 from hetpool.core.errors import HetpoolError
 from hetpool.core.specs import format_loc
+from hetpool.engines.local import LocalBackend
 from hetpool.server import leader, metrics
 from hetpool.server.db.session import Database
 from hetpool.server.deps import AuthError

@@ -28,11 +28,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from hetpool.catalog.devices import DeviceCatalog
-from hetpool.engines.base import ConnectorError, InventoryConnector, InventoryObservation, NodeState, ObservedNode
-from hetpool.engines.registry import CONNECTOR_BACKENDS, connector_for
 from hetpool.core.base import is_valid_name
 from hetpool.core.errors import ConflictError, NotFoundError, SpecError
 from hetpool.core.inventory import ClusterSpec, DeviceClass, DeviceGroup, DeviceModelSpec, NodeSpec, SoftwareStack
+from hetpool.engines.base import ConnectorError, InventoryConnector, InventoryObservation, NodeState, ObservedNode
+from hetpool.engines.registry import CONNECTOR_BACKENDS, connector_for
 from hetpool.server.db.models import ConnectorSyncRow, NodeStatusRow, PlacementRow
 from hetpool.server.services import audit
 from hetpool.server.services.auto_pools import AUTO_POOL_LABEL, ensure_in_pool, stage_pool

@@ -14,7 +14,6 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from hetpool.engines.registry import config_problems
 from hetpool.catalog.devices import DeviceCatalog
 from hetpool.core.errors import ConflictError, NotFoundError, SpecError
 from hetpool.core.inventory import ClusterSpec, DeviceClass, DeviceModelSpec, NodeSpec, PoolSpec
@@ -24,6 +23,7 @@ from hetpool.core.specs import APPLY_ORDER, SPEC_KINDS, resolve_kind, spec_to_do
 from hetpool.core.states import ACTIVE_STATES, TaskState
 from hetpool.core.tasks import TaskTemplateSpec
 from hetpool.core.tenancy import TenantSpec
+from hetpool.engines.registry import config_problems
 from hetpool.server.db.models import InventoryObjectRow, PlacementRow, TaskRow
 from hetpool.server.services import audit
 from hetpool.server.services.agent_nodes import assigned_agent_ids

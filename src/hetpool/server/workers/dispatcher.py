@@ -12,8 +12,8 @@ import logging
 
 from sqlalchemy import select
 
-from hetpool.engines.base import JobHandle, LaunchRequest, WorkerLaunch
 from hetpool.core.states import TaskState
+from hetpool.engines.base import JobHandle, LaunchRequest, WorkerLaunch
 from hetpool.server import tracing
 from hetpool.server.db.models import TaskRow
 from hetpool.server.leader import check_fence

@@ -7,8 +7,8 @@ from collections import defaultdict
 
 from sqlalchemy import select
 
-from hetpool.engines.base import JobHandle, JobPhase, JobStatus
 from hetpool.core.states import TaskState
+from hetpool.engines.base import JobHandle, JobPhase, JobStatus
 from hetpool.server.db.models import TaskRow
 from hetpool.server.services import task_lifecycle
 from hetpool.server.services.context import ServiceContext
