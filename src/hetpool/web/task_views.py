@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from hetpool.core.clock import as_utc
 from hetpool.core.states import TERMINAL_STATES, TaskState
 from hetpool.core.units import format_duration
 from hetpool.web.session import ApiError, Viewer
@@ -22,7 +23,7 @@ def parse_ts(text: str | None) -> datetime | None:
         ts = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         return None
-    return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
+    return as_utc(ts)
 
 
 def short_ts(text: str | None) -> str:
