@@ -12,10 +12,12 @@ the same. The column stays `DateTime(timezone=True)` in the schema: no migration
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 
 from sqlalchemy import DateTime
 from sqlalchemy.types import TypeDecorator
+
+from hetpool.core.clock import as_utc
 
 
 class UTCDateTime(TypeDecorator):
@@ -23,12 +25,7 @@ class UTCDateTime(TypeDecorator):
     cache_ok = True
 
     def process_bind_param(self, value: datetime | None, dialect) -> datetime | None:
-        # A naive value is taken to be UTC already (what SQLite handed back before this type).
-        if value is None:
-            return None
-        return value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
+        return as_utc(value)  # a naive value is taken to be UTC already
 
     def process_result_value(self, value: datetime | None, dialect) -> datetime | None:
-        if value is None:
-            return None
-        return value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
+        return as_utc(value)  # SQLite: naive; PostgreSQL: in the session's zone

@@ -6,7 +6,7 @@ import csv
 import io
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import func, select, text, update
@@ -25,9 +25,7 @@ _AUDIT_LOCK_KEY = 0x68657470
 
 
 def _ts_text(ts: datetime) -> str:
-    if ts.tzinfo is not None:
-        ts = ts.astimezone(UTC).replace(tzinfo=None)
-    return ts.isoformat(timespec="microseconds")
+    return as_utc(ts).replace(tzinfo=None).isoformat(timespec="microseconds")  # naive-UTC text, as first hashed
 
 
 def hashed_fields(row: AuditEventRow) -> dict[str, Any]:

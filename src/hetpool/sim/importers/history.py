@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from hetpool.catalog.devices import DeviceCatalog
+from hetpool.core import clock
 from hetpool.core.specs import parse_spec
 from hetpool.core.tasks import TaskSpec
 from hetpool.sim.trace import TraceTask
@@ -47,7 +48,7 @@ def as_utc(value: Any) -> datetime | None:
         value = datetime.fromisoformat(value.strip())
     if not isinstance(value, datetime):
         raise TypeError(f"expected a datetime, got {type(value).__name__}")
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    return clock.as_utc(value)
 
 
 def relative_performance(spec: TaskSpec, model: str | None, catalog: DeviceCatalog) -> float:
