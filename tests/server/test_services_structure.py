@@ -127,6 +127,31 @@ def test_no_import_cycle_among_services() -> None:
     assert not found, f"import cycles among server/services: {found}"
 
 
+def _imported_modules(source: str) -> set[str]:
+    names: set[str] = set()
+    for node in _runtime_imports(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        else:
+            names.update([node.module or "", *(f"{node.module}.{a.name}" for a in node.names)])
+    return names
+
+
+def test_workers_share_code_through_services_not_each_other() -> None:
+    """Each pipeline stands alone (the reconciler completes a preemption through
+    services/task_lifecycle, not the scheduler worker); only loop.py, which runs them
+    all, and the services never import a worker module."""
+    workers = SRC / "server" / "workers"
+    found = []
+    for path in sorted([*workers.glob("*.py"), *(SRC / "server" / "services").glob("*.py")]):
+        if path.name in ("loop.py", "__init__.py") and path.parent == workers:
+            continue
+        for name in _imported_modules(path.read_text()):
+            if name.startswith("hetpool.server.workers.") and name.split(".")[3] != path.stem:
+                found.append(f"{path.relative_to(SRC)} imports {name}")
+    assert not found, "\n".join(found)
+
+
 def test_the_lazy_import_check_finds_one() -> None:
     source = textwrap.dedent(
         """
