@@ -9,6 +9,7 @@ checker that stopped finding anything would fail here too.
 from __future__ import annotations
 
 import ast
+import re
 import textwrap
 from pathlib import Path
 
@@ -150,6 +151,23 @@ def test_workers_share_code_through_services_not_each_other() -> None:
             if name.startswith("hetpool.server.workers.") and name.split(".")[3] != path.stem:
                 found.append(f"{path.relative_to(SRC)} imports {name}")
     assert not found, "\n".join(found)
+
+
+def test_services_import_only_modules_listed_before_them_in_the_package_docstring() -> None:
+    """services/__init__.py lists the modules bottom-up: the list must name every module
+    once, and each module may import only those listed before it."""
+    sources = _service_sources()
+    doc = ast.get_docstring(ast.parse((SRC / "server" / "services" / "__init__.py").read_text())) or ""
+    # The indented block: a layer's name, then its modules; what is in parentheses explains.
+    listed = "\n".join(line[15:] for line in doc.splitlines() if line.startswith("  "))
+    order = []
+    for word in re.findall(r"[a-z_]+", re.sub(r"\([^)]*\)", "", listed)):
+        if word in sources and word not in order:
+            order.append(word)
+    assert sorted(order) == sorted(sources), f"not in the list: {sorted(set(sources) - set(order))}"
+    position = {name: i for i, name in enumerate(order)}
+    upward = [f"{name} imports {dep}" for name, deps in service_graph(sources).items() for dep in deps if position[dep] > position[name]]
+    assert not upward, "imports against the layering of services/__init__.py:\n" + "\n".join(upward)
 
 
 def test_the_lazy_import_check_finds_one() -> None:

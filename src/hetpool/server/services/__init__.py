@@ -1,24 +1,24 @@
 """Services own transactions; routers and workers call them.
 
 The modules form layers, listed here from the bottom up: a module imports only modules
-on earlier lines or earlier on its own line (`→` reads "is imported by"). Nothing is
-imported inside a function to dodge a cycle; tests/server/test_services_structure.py
-checks both rules.
+listed before it. Nothing is imported inside a function to get around a cycle (a cycle
+means a module is in the wrong layer). tests/server/test_services_structure.py checks
+both rules against this list.
 
-  records     audit → audit_anchor; history; auth_cache
-  identity    auth → access, web_sessions, duties
-  context     context (ServiceContext: settings, database, clock, catalog, engines, caches)
-  lifecycle   task_lifecycle (the task state machine: transition, cancel, preempt) → reclaim
-  inventory   agent_nodes → inventory → users, cost, capacity_whatif, auto_pools
-              → nodes (agents, liveness, device health) → connector_sync
-  placement   hot_path (cached inventory, idle snapshot); sched_state (running work,
-              learned runtimes, the scheduler's snapshot); task_planning (spec
-              resolution, live snapshot, placement, engine fit)
-  governance  quota → approvals
-  tasks       task_views (task_response, listing, logs); tasks (plan and submit)
-              → idempotency
-  views       stats, profiles, resources_view, governance_view
+  records      audit, audit_anchor, history, auth_cache
+  context      context (ServiceContext: settings, database, clock, catalog, engines, caches)
+  identity     auth, access, web_sessions, duties
+  lifecycle    task_lifecycle (the task state machine: transition, cancel, preempt), reclaim
+  inventory    agent_nodes, inventory, users, cost, capacity_whatif, auto_pools,
+               nodes (agents, liveness, device health), connector_sync
+  placement    hot_path (cached inventory, idle snapshot), sched_state (running work,
+               learned runtimes, the scheduler's snapshot), task_planning (spec
+               resolution, live snapshot, placement, engine fit)
+  governance   quota, approvals
+  tasks        task_views (the task as the API shows it, listing, logs), tasks (plan and
+               submit), idempotency
+  views        stats, profiles, resources_view, governance_view
 
-Workers (server/workers) and routers sit above all of these; what two workers share
-lives in a service (the reconciler completes a preemption through task_lifecycle).
+Workers (server/workers) and routers sit above all of these; what two workers share lives
+in a service (the reconciler completes a preemption through task_lifecycle).
 """
