@@ -91,6 +91,7 @@ def get_principal(
 def requires(action: str):
     """A dependency allowing only principals that may do `action` somewhere, e.g. a whole
     router: APIRouter(..., dependencies=[Depends(requires("audit.read"))])."""
+
     def _check(principal: auth.Principal = Depends(get_principal)) -> auth.Principal:
         access.require(principal, action)
         return principal

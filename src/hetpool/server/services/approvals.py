@@ -441,4 +441,3 @@ def _audit(session: Session, actor: str, action: str, row: ApprovalRow, *, befor
     if row.kind in OBJECT_KIND and action == "approval.request":
         after["document"] = row.document
     audit.record(session, actor=actor, action=action, object_kind="Approval", object_id=row.id, before=before, after=after, ts=ts)
-

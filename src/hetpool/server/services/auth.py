@@ -159,9 +159,7 @@ def resolve(session: Session, token: str, now: datetime, settings=None, *, sourc
     if row.revoked_at is not None:
         raise AuthFailure("revoked", "token revoked; create a new one (hetpool tokens create)", token_id=row.id)
     if row.expires_at is not None and row.expires_at <= now:
-        raise AuthFailure(
-            "expired", f"token expired at {row.expires_at.isoformat()}; create a new one (hetpool tokens create)", token_id=row.id
-        )
+        raise AuthFailure("expired", f"token expired at {row.expires_at.isoformat()}; create a new one (hetpool tokens create)", token_id=row.id)
     user = session.get(UserRow, row.user_id)
     if user is None:  # tokens go with their user; a row left behind by hand still opens nothing
         raise AuthFailure("unknown_user", "the token's user no longer exists", token_id=row.id)

@@ -148,4 +148,3 @@ class _Estimator:
             "basis": basis if seconds is not None else None,
             "estimated_cost": round(hourly * seconds / 3600, 2) if seconds is not None else None,
         }
-

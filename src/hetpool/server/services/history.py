@@ -41,4 +41,3 @@ def export_history(
     """Finished tasks (with `include_failed`, failed ones too) as a trace ordered by
     submission; `include_unstarted` adds never-started tasks with a runtime_estimate."""
     return history_from_records(load_records(session), catalog, since=since, include_failed=include_failed, include_unstarted=include_unstarted)
-

@@ -50,8 +50,6 @@ DEVICE_STATES = ("busy", "idle", "abnormal", "offline")
 LONGEST_WAITING = 10
 
 
-
-
 def percentile(values: list[float], q: float) -> float | None:
     """Linear interpolation between closest ranks (numpy's default); None for no values."""
     if not values:
