@@ -339,6 +339,9 @@ def ray_connector() -> RayConnector:
     head = [n for n in conn.fetch().nodes if n.extra.get("ray_head")]
     if not head or "nvidia-h100" not in head[0].devices:
         pytest.skip(f"the head at {RAY_ADDRESS} was not started with deploy/ray.sh's default resources (GPU_H100, NPU_910B3)")
+    # Start from a settled head: jobs of the module before (the Ray backend's tests) may still be
+    # ending, and a device they hold when a test takes its "before" would be gone by its "after".
+    _wait_for(conn.fetch, lambda o: not any(_head(o).used.values()), 60)
     return conn
 
 

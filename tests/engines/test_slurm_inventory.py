@@ -308,6 +308,9 @@ def slurm() -> Callable[..., str]:
         return done.stdout
 
     run("scontrol", "ping")
+    # Start from a settled cluster: after another module's jobs the backfill scheduler keeps
+    # nodes PLANNED for a while (up to ~20 s), which the state assertions here would see.
+    _wait("no PLANNED nodes", lambda: "planned" not in run("sinfo", "-h", "-N", "-o", "%T"), timeout_s=90)
     return run
 
 
