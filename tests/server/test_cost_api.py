@@ -156,13 +156,13 @@ def test_accrual_is_exactly_once_through_repeats_crashes_and_restarts(ctx: Servi
         accrue_usage(ctx)
     assert micros_of(ledger_rows(demo, period="2026-01")) == pytest.approx(2 * rate * 1e6, abs=2)
     # A restarted server (no worker memory) charges from the stored mark, not from the start.
-    ctx.__dict__.pop("cost_progress")
+    ctx.forget_process_state("cost_progress")
     hours(ctx, 1)
     accrue_usage(ctx)
     accrue_usage(ctx)
     cancel(demo, task_id)
     hours(ctx, 5)  # after the end: nothing more is charged
-    ctx.__dict__.pop("cost_progress")
+    ctx.forget_process_state("cost_progress")
     accrue_usage(ctx)
     rows = ledger_rows(demo, period="2026-01")
     assert micros_of(rows) == pytest.approx(3 * rate * 1e6, abs=3)

@@ -201,3 +201,29 @@ def test_the_cycle_check_finds_one_and_ignores_type_checking_imports() -> None:
     assert cycles(service_graph(sources)) == [["a", "b", "c"]]
     sources["a"] += "def h():\n    from hetpool.server.services import g\n"
     assert cycles(service_graph(sources)) == [["a", "b", "c", "f", "g"]]
+
+
+def dict_stashes(source: str, filename: str = "<src>") -> list[str]:
+    """'file:line' for each value written into or read from an object's `__dict__` by name
+    (`x.__dict__["k"] = …`, `x.__dict__.setdefault("k", …)`, `.get("k")`, `.pop("k")`):
+    state hidden from the class that should declare it."""
+    found = []
+    for node in ast.walk(ast.parse(source, filename=filename)):
+        target = None
+        if isinstance(node, ast.Subscript):
+            target = node.value
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("setdefault", "get", "pop"):
+            target = node.func.value
+        if isinstance(target, ast.Attribute) and target.attr == "__dict__":
+            found.append(f"{filename}:{node.lineno}")
+    return found
+
+
+def test_no_value_is_stashed_in_an_objects_dict() -> None:
+    found = [hit for path in sorted(SRC.rglob("*.py")) for hit in dict_stashes(path.read_text(), str(path.relative_to(SRC)))]
+    assert not found, "values stashed in __dict__ (declare a field, a cached_property or use ctx.process_state):\n" + "\n".join(found)
+
+
+def test_the_stash_check_finds_one() -> None:
+    bad = 'def f(ctx):\n    ctx.__dict__["cache"] = 1\n    return ctx.__dict__.setdefault("other", 2)\n'
+    assert dict_stashes(bad) == ["<src>:2", "<src>:3"]

@@ -36,10 +36,7 @@ def register(app: typer.Typer) -> None:
             return
         table(
             ["ID", "STATE", "SUBJECT", "TENANT", "REQUESTED BY", "EXPIRES", "REASONS"],
-            [
-                [a.id, a.state, _subject(a), a.tenant, a.requested_by, a.expires_at, "; ".join(r["message"] for r in a.reasons)]
-                for a in rows
-            ],
+            [[a.id, a.state, _subject(a), a.tenant, a.requested_by, a.expires_at, "; ".join(r["message"] for r in a.reasons)] for a in rows],
         )
 
     @approvals_app.command("get")

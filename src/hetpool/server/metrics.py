@@ -139,11 +139,7 @@ for _logger_name in {name for name, _ in BACKEND_ERROR_LOGS}:
 
 
 def worker_metrics(ctx: ServiceContext) -> WorkerMetrics:
-    found = ctx.__dict__.get("worker_metrics")
-    if found is None:
-        with _lock:
-            found = ctx.__dict__.setdefault("worker_metrics", WorkerMetrics())
-    return found
+    return ctx.process_state("worker_metrics", WorkerMetrics)
 
 
 class HetpoolCollector:

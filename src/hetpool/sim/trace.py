@@ -90,4 +90,3 @@ def write_trace(tasks: Iterable[TraceTask], path: Path) -> int:
             fh.write(json.dumps(task.to_json(), ensure_ascii=False) + "\n")
             count += 1
     return count
-

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from hetpool.catalog.compat import CompatibilityKB
 from hetpool.catalog.devices import DeviceCatalog
@@ -21,6 +22,8 @@ from hetpool.server.settings import Settings
 if TYPE_CHECKING:  # for the annotations only: the inventory service builds on this module
     from hetpool.scheduling.snapshot import Snapshot
     from hetpool.server.services.inventory import Inventory
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -43,6 +46,24 @@ class ServiceContext:
     backends: dict[str, Backend] = field(default_factory=dict)
     # One backend instance per (cluster, kind, backend_config), built on first use.
     _cluster_backends: dict[tuple, Backend] = field(default_factory=dict, init=False, repr=False)
+    # What workers and metrics keep between passes (the scheduler's snapshot cache, the cost
+    # accrual's progress, the worker metrics): one per context, so each server and each
+    # test has its own; the owning module names it and says how to build it.
+    _process_state: dict[str, object] = field(default_factory=dict, init=False, repr=False)
+    _process_state_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+
+    def process_state(self, name: str, build: Callable[[], T]) -> T:
+        """The state `name` of this process, built on first use (thread-safe)."""
+        found = self._process_state.get(name)
+        if found is None:
+            with self._process_state_lock:
+                found = self._process_state.setdefault(name, build())
+        return found  # type: ignore[return-value]
+
+    def forget_process_state(self, name: str) -> None:
+        """Drop `name` as a restart would (tests of crash recovery use it)."""
+        with self._process_state_lock:
+            self._process_state.pop(name, None)
 
     @cached_property
     def builtin_catalog(self) -> DeviceCatalog:

@@ -73,7 +73,7 @@ class _Work:
 
 
 def progress(ctx: ServiceContext) -> _Progress:
-    return ctx.__dict__.setdefault("cost_progress", _Progress())
+    return ctx.process_state("cost_progress", _Progress)
 
 
 def accrue_usage(ctx: ServiceContext, *, step_s: float = ACCRUE_STEP_S) -> int:

@@ -48,7 +48,7 @@ def quota_exempt(row: TaskRow) -> bool:
 
 
 def snapshot_cache(ctx: ServiceContext) -> SnapshotCache:
-    return ctx.__dict__.setdefault("snapshot_cache", SnapshotCache())
+    return ctx.process_state("snapshot_cache", SnapshotCache)
 
 
 def schedule_once(ctx: ServiceContext) -> CycleResult | None:
