@@ -26,7 +26,7 @@ from urllib.parse import quote
 
 import httpx
 from fastapi import Request
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from hetpool.server.schemas.users import WhoamiResponse
@@ -121,10 +121,20 @@ class Api:
 
     async def get_as(self, model: type[Model], path: str, **params: Any) -> Model:
         """GET parsed into `model` (a response model, or e.g. list[TaskResponse])."""
-        return TypeAdapter(model).validate_python(await self.get(path, **params))
+        return _parsed(model, path, await self.get(path, **params))
 
     async def post_as(self, model: type[Model], path: str, json: Any = None, **params: Any) -> Model:
-        return TypeAdapter(model).validate_python(await self.post(path, json=json, **params))
+        return _parsed(model, path, await self.post(path, json=json, **params))
+
+
+def _parsed(model: type[Model], path: str, body: Any) -> Model:
+    """`body` as `model`; an answer that breaks its contract is the error page (502), never
+    a page half rendered from what happened to be there."""
+    try:
+        return TypeAdapter(model).validate_python(body)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(body)'}: {e['msg']}" for e in exc.errors()[:3])
+        raise ApiError(502, {"code": "bad_api_answer", "message": f"the API's answer to {path} does not match its model ({problems})"}) from exc
 
 
 @dataclass

@@ -10,6 +10,8 @@ from typing import Any
 from hetpool.core.clock import as_utc
 from hetpool.core.states import TERMINAL_STATES, TaskState
 from hetpool.core.units import format_duration
+from hetpool.server.schemas.inventory import ObjectList
+from hetpool.server.schemas.tasks import TaskResponse
 from hetpool.web.session import ApiError, Viewer
 
 STATES = [s.value for s in TaskState]
@@ -81,7 +83,7 @@ async def objects(user: Viewer, kind: str) -> tuple[list[dict], str]:
     """An inventory list, or [] and the API's message (a viewer without inventory.read
     still gets the page)."""
     try:
-        return await user.api.get(f"/api/v1/objects/{kind}"), ""
+        return await user.api.get_as(ObjectList, f"/api/v1/objects/{kind}"), ""
     except ApiError as exc:
         return [], exc.message
 
@@ -92,16 +94,16 @@ async def tenants_for(user: Viewer, action: str) -> list[str]:
     return sorted(t["name"] for t in tenants if covers(scopes, t["name"]))
 
 
-def wait_seconds(task: dict, now: datetime) -> float | None:
+def wait_seconds(task: TaskResponse, now: datetime) -> float | None:
     """From submission to start; until now while it has not started; None if unknown."""
-    created = parse_ts(task.get("created_at"))
+    created = parse_ts(task.created_at)
     if created is None:
         return None
-    started = parse_ts(task.get("started_at"))
+    started = parse_ts(task.started_at)
     if started:
         return (started - created).total_seconds()
-    if task.get("state") in TERMINAL:
-        finished = parse_ts(task.get("finished_at"))
+    if task.state in TERMINAL:
+        finished = parse_ts(task.finished_at)
         return (finished - created).total_seconds() if finished else None
     return max((now - created).total_seconds(), 0.0)
 

@@ -52,6 +52,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from hetpool.core.inventory import DeviceClass, TaskType
 from hetpool.core.tasks import Priority
 from hetpool.core.tenancy import Environment
+from hetpool.server.schemas.tasks import PlacementView, PlanResponse, TaskResponse
 from hetpool.web.i18n import C_, N_, Message
 from hetpool.web.render import render
 from hetpool.web.session import ApiError, Viewer, check_csrf, viewer
@@ -83,45 +84,45 @@ SEARCH_LIMIT = 1000  # the API's maximum: filters applied here search this many 
 
 
 # ---------------------------------------------------------------------------- the list
-def _placed_devices(placements: list[dict]) -> str:
+def _placed_devices(placements: list[PlacementView]) -> str:
     by_model: dict[str, float] = {}
     for p in placements:
         # Whole devices count once each; a slice (fraction < 1) counts as its share.
-        share = len(p.get("devices") or []) * min(p.get("device_fraction") or 0, 1)
+        share = len(p.devices) * min(p.device_fraction or 0, 1)
         if share:
-            by_model[p["model"]] = by_model.get(p["model"], 0) + share
+            by_model[p.model] = by_model.get(p.model, 0) + share
     return ", ".join(f"{num(n)} × {model}" for model, n in by_model.items()) or "—"
 
 
-def _list_row(task: dict, now: datetime) -> dict:
-    pending = task.get("pending") or {}
-    placements = task.get("placements") or []
+def _list_row(task: TaskResponse, now: datetime) -> dict:
+    pending = task.pending or {}
+    placements = task.placements
     return {
-        "id": task["id"],
-        "name": task["name"],
-        "state": task["state"],
-        "tenant": task["tenant"],
-        "type": task["type"],
-        "template": task.get("template") or "",
+        "id": task.id,
+        "name": task.name,
+        "state": task.state,
+        "tenant": task.tenant,
+        "type": task.type,
+        "template": task.template or "",
         "devices": _placed_devices(placements),
-        "pools": sorted({p["pool"] for p in placements}),
-        "nodes": sorted({p["node"] for p in placements}),
+        "pools": sorted({p.pool for p in placements}),
+        "nodes": sorted({p.node for p in placements}),
         "position": pending.get("position"),
         "eta": short_ts(pending.get("estimated_start")) if pending.get("estimated_start") else "",
         "wait": duration(wait_seconds(task, now)),
-        "created": short_ts(task.get("created_at")),
+        "created": short_ts(task.created_at),
     }
 
 
-def _matches(task: dict, *, task_type: str, pool: str, template: str, q: str) -> bool:
-    if task_type and task.get("type") != task_type:
+def _matches(task: TaskResponse, *, task_type: str, pool: str, template: str, q: str) -> bool:
+    if task_type and task.type != task_type:
         return False
-    if template and task.get("template") != template:
+    if template and task.template != template:
         return False
-    if pool and not any(p.get("pool") == pool for p in task.get("placements") or []):
+    if pool and not any(p.pool == pool for p in task.placements):
         return False
     needle = q.strip().lower()
-    return not needle or needle in task.get("name", "").lower() or needle in task.get("id", "").lower()
+    return not needle or needle in task.name.lower() or needle in task.id.lower()
 
 
 @router.get("/tasks", response_class=HTMLResponse)
@@ -134,7 +135,7 @@ async def task_list(
     limit = SEARCH_LIMIT if filtered_here else LIST_LIMIT
     error = ""
     try:
-        tasks = await user.api.get("/api/v1/tasks", state=state, tenant=filters["tenant"], limit=limit)
+        tasks = await user.api.get_as(list[TaskResponse], "/api/v1/tasks", state=state, tenant=filters["tenant"], limit=limit)
     except ApiError as exc:  # e.g. a viewer-less role, or a bad state in a hand-made URL
         tasks, error = [], exc.message
     fetched = len(tasks)
@@ -345,28 +346,28 @@ async def _document_or_form(request: Request, user: Viewer, values: dict[str, st
         return await _form_page(request, user, values, problem=(exc.text, exc.params), status_code=422)
 
 
-def plan_view(plan: dict) -> dict:
+def plan_view(plan: PlanResponse) -> dict:
     """The plan answer arranged for the page: outcome, candidates with the reasons for the
     ones not chosen, where the workers go, limits, start, cost, backend and approval."""
-    explanation = plan.get("explanation") or {}
+    explanation = plan.explanation
     attempts = explanation.get("attempts") or []
-    task = plan.get("task") or {}
+    task = plan.task
     per_worker = task.get("per_worker") or {}
-    outcome = "fits_now" if plan.get("feasible") else ("waits" if plan.get("fits_when_idle") else "impossible")
-    backend = plan.get("backend") or {}
-    approval = plan.get("approval") or {}
-    runtime = plan.get("estimated_runtime")
+    outcome = "fits_now" if plan.feasible else ("waits" if plan.fits_when_idle else "impossible")
+    backend = plan.backend or {}
+    approval = plan.approval
+    runtime = plan.estimated_runtime
     if runtime in (None, "-"):  # the API writes an unknown runtime as "-"
         runtime = task.get("runtime_estimate") or "—"
     return {
         "outcome": outcome,
-        "feasible": bool(plan.get("feasible")),
-        "fits_when_idle": bool(plan.get("fits_when_idle")),
+        "feasible": plan.feasible,
+        "fits_when_idle": plan.fits_when_idle,
         "summary": explanation.get("summary", ""),
-        "candidates": attempt_rows(attempts, plan.get("chosen")),
-        "fallback_used": bool(plan.get("fallback_used")),
-        "chosen": plan.get("chosen") or "",
-        "placements": plan.get("placements") or [],
+        "candidates": attempt_rows(attempts, plan.chosen),
+        "fallback_used": bool(plan.fallback_used),
+        "chosen": plan.chosen or "",
+        "placements": plan.placements,
         "limits": [
             (N_("Workers"), str(task.get("workers", 1))),
             (C_("tasks.spec.devices", "Devices per worker"), devices_text(per_worker.get("devices"))),
@@ -374,17 +375,17 @@ def plan_view(plan: dict) -> dict:
             (N_("Estimated runtime"), runtime),
             (N_("Max runtime"), task.get("max_runtime") or "—"),
         ],
-        "start": short_ts(plan.get("estimated_start")),
-        "wait": duration(plan.get("estimated_wait_s")),
-        "position": plan.get("queue_position"),
-        "estimated_pool": plan.get("estimated_pool") or "",
-        "cost_per_hour": plan.get("cost_per_hour"),
-        "estimated_cost": plan.get("estimated_cost"),
+        "start": short_ts(plan.estimated_start),
+        "wait": duration(plan.estimated_wait_s),
+        "position": plan.queue_position,
+        "estimated_pool": plan.estimated_pool or "",
+        "cost_per_hour": plan.cost_per_hour,
+        "estimated_cost": plan.estimated_cost,
         "backend": backend,
         "unsupported": [f"{g.get('capability')}: {g.get('reason')}" for g in backend.get("unsupported") or []],
-        "approval_needed": bool(approval.get("needed")),
-        "approval_reasons": [r.get("message", "") for r in approval.get("reasons") or []],
-        "approval_expires": approval.get("expire_after") or "",
+        "approval_needed": approval.needed,
+        "approval_reasons": [r.get("message", "") for r in approval.reasons],
+        "approval_expires": approval.expire_after or "",
     }
 
 
@@ -396,7 +397,7 @@ async def plan_task(request: Request) -> HTMLResponse:
     if isinstance(doc, HTMLResponse):
         return doc
     try:
-        plan = await user.api.post("/api/v1/tasks/plan", json=doc)
+        plan = await user.api.post_as(PlanResponse, "/api/v1/tasks/plan", json=doc)
     except ApiError as exc:
         return await _form_page(request, user, values, problem=(REFUSED, {"message": exc.message}), status_code=exc.status)
     return await _form_page(request, user, values, plan=plan_view(plan))
@@ -410,7 +411,7 @@ async def submit_task(request: Request) -> Response:
     if isinstance(doc, HTMLResponse):
         return doc
     try:
-        task = await user.api.post("/api/v1/tasks", json=doc)
+        task = await user.api.post_as(TaskResponse, "/api/v1/tasks", json=doc)
     except ApiError as exc:
         return await _form_page(request, user, values, problem=(REFUSED, {"message": exc.message}), status_code=exc.status)
-    return RedirectResponse(f"/tasks/{quote(task['id'], safe='')}", status_code=303)
+    return RedirectResponse(f"/tasks/{quote(task.id, safe='')}", status_code=303)

@@ -33,7 +33,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from hetpool.core.states import TaskState
-from hetpool.server.schemas.tasks import LogsResponse
+from hetpool.server.schemas.audit import AuditEvent
+from hetpool.server.schemas.tasks import LogsResponse, TaskResponse
 from hetpool.web.i18n import C_, N_, Message
 from hetpool.web.render import render
 from hetpool.web.session import ApiError, Viewer, check_csrf, viewer
@@ -58,21 +59,21 @@ LOG_TAIL_CHARS = 64 * 1024  # a first load shows at most this much of a long log
 LOG_MAX_READS = 64
 
 
-def _timeline(events: list[dict]) -> list[dict]:
+def _timeline(events: list[AuditEvent]) -> list[dict]:
     rows = []
     for event in events:
-        action = event.get("action", "")
+        action = event.action
         if not action.startswith("task."):
             continue
         suffix = action.removeprefix("task.")
-        after = event.get("after") or {}
+        after = event.after or {}  # the event's own JSON: a mapping
         rows.append(
             {
-                "ts": short_ts(event.get("ts")),
+                "ts": short_ts(event.ts),
                 "action": action,
                 "suffix": suffix,
                 "state": after.get("state") or (suffix if suffix in STATES else ""),
-                "actor": event.get("actor", ""),
+                "actor": event.actor,
                 "detail": after.get("message") or after.get("reason") or "",
             }
         )
@@ -106,35 +107,35 @@ def _without_empty(value: Any) -> Any:
     return value
 
 
-def detail_view(task: dict, user: Viewer) -> dict:
-    state = task.get("state", "")
-    attempts = task.get("placement_attempts") or []
-    placements = task.get("placements") or []
+def detail_view(task: TaskResponse, user: Viewer) -> dict:
+    state = task.state
+    attempts = task.placement_attempts or []
+    placements = task.placements
     chosen_attempt = next((a for a in attempts if a.get("outcome") == "fit"), None)
-    events = task.get("events") or []
+    events = task.events or []
     terminal = state in TERMINAL
     return {
         "task": task,
         "state": state,
         "terminal": terminal,
         "may_cancel": not terminal and user.may("task.cancel"),
-        "cancel_requested": not terminal and any(e.get("action") == "task.cancel_requested" for e in events),
+        "cancel_requested": not terminal and any(e.action == "task.cancel_requested" for e in events),
         "timeline": _timeline(events),
         "placements": placements,
         "attempts": attempt_rows(attempts, chosen_attempt.get("candidate") if chosen_attempt else None),
         "preferred": attempts[0].get("candidate", "") if attempts else "",
         "chosen": (chosen_attempt or {}).get("candidate", "") if placements else "",
-        "chosen_models": sorted({p["model"] for p in placements}),
-        "pending": task.get("pending") if state == TaskState.QUEUED.value else None,
-        "pending_reasons": (task.get("pending") or {}).get("reasons") or {},
-        "pending_eta": short_ts((task.get("pending") or {}).get("estimated_start")),
-        "pending_wait": duration((task.get("pending") or {}).get("estimated_wait_s")),
-        "approval": task.get("approval") if state == TaskState.PENDING_APPROVAL.value else None,
+        "chosen_models": sorted({p.model for p in placements}),
+        "pending": task.pending if state == TaskState.QUEUED.value else None,
+        "pending_reasons": (task.pending or {}).get("reasons") or {},
+        "pending_eta": short_ts((task.pending or {}).get("estimated_start")),
+        "pending_wait": duration((task.pending or {}).get("estimated_wait_s")),
+        "approval": task.approval if state == TaskState.PENDING_APPROVAL.value else None,
         "times": [
-            (N_("Created"), short_ts(task.get("created_at"))),
-            (C_("tasks.detail.admitted", "Admitted"), short_ts(task.get("admitted_at"))),
-            (N_("Started"), short_ts(task.get("started_at"))),
-            (N_("Finished"), short_ts(task.get("finished_at"))),
+            (N_("Created"), short_ts(task.created_at)),
+            (C_("tasks.detail.admitted", "Admitted"), short_ts(task.admitted_at)),
+            (N_("Started"), short_ts(task.started_at)),
+            (N_("Finished"), short_ts(task.finished_at)),
             (N_("Wait"), duration(wait_seconds(task, datetime.now(UTC)))),
         ],
     }
@@ -181,19 +182,19 @@ async def task_detail(request: Request, task_id: str, fragment: str = "", rank: 
         except ApiError as exc:
             chunk, error = {"text": "", "offset": _int(offset), "complete": True}, exc.message
         return render(request, "task_log.html", user, task_id=task_id, rank=worker, chunk=chunk, error=error)
-    task = await user.api.get(f"/api/v1/tasks/{quote(task_id, safe='')}")
+    task = await user.api.get_as(TaskResponse, f"/api/v1/tasks/{quote(task_id, safe='')}")
     return await _detail_page(request, user, task, fragment=fragment, rank=worker)
 
 
 async def _detail_page(
-    request: Request, user: Viewer, task: dict, *, fragment: str = "", rank: int = 0, action_error: str = "", status_code: int = 200
+    request: Request, user: Viewer, task: TaskResponse, *, fragment: str = "", rank: int = 0, action_error: str = "", status_code: int = 200
 ) -> HTMLResponse:
     view = detail_view(task, user)
     if fragment == "task-live":
         return render(request, "task_live.html", user, **view)
-    workers = int((task.get("spec") or {}).get("workers", 1) or 1)
+    spec = task.spec or {}
+    workers = int(spec.get("workers", 1) or 1)
     rank = min(rank, workers - 1)
-    spec = task.get("spec") or {}
     return render(
         request,
         "task_detail.html",
@@ -202,7 +203,7 @@ async def _detail_page(
         active="/tasks",
         rank=rank,
         ranks=list(range(min(workers, 64))),
-        log=await _log_tail(user, task["id"], rank),
+        log=await _log_tail(user, task.id, rank),
         log_tail_kib=LOG_TAIL_CHARS // 1024,
         spec_summary=_spec_summary(spec),
         command=spec.get("command") or "",
@@ -218,11 +219,11 @@ async def cancel_task(request: Request, task_id: str) -> Response:
     await check_csrf(request, user)
     path = f"/api/v1/tasks/{quote(task_id, safe='')}"
     try:
-        await user.api.post(path + "/cancel")
+        await user.api.post_as(TaskResponse, path + "/cancel")
     except ApiError as exc:
         if exc.status == 404:  # not visible to this user: the error page, as for reading it
             raise
         # The refusal (already ended, not allowed) is shown on the task's page.
-        task = await user.api.get(path)
+        task = await user.api.get_as(TaskResponse, path)
         return await _detail_page(request, user, task, action_error=exc.message, status_code=exc.status)
     return RedirectResponse(f"/tasks/{quote(task_id, safe='')}", status_code=303)
