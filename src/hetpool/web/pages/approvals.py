@@ -32,6 +32,8 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
+from hetpool.server.schemas.approvals import ApprovalInbox, ApprovalResponse
+from hetpool.server.schemas.tasks import TaskResponse
 from hetpool.web.i18n import N_, Translator
 from hetpool.web.render import render, translator_for
 from hetpool.web.session import ApiError, Viewer, check_csrf, viewer
@@ -78,14 +80,14 @@ async def decide(request: Request, approval_id: str, decision: str) -> Response:
     try:
         # The comment goes as typed: a missing one on a rejection is the API's to refuse,
         # and its message is what the user sees.
-        decided = await user.api.post(f"/api/v1/approvals/{approval_id}/{decision}", json={"comment": form.get("comment", "")})
+        decided = await user.api.post_as(ApprovalResponse, f"/api/v1/approvals/{approval_id}/{decision}", json={"comment": form.get("comment", "")})
     except ApiError as exc:
         return _redirect_with(back, {"kind": "error", "outcome": "refused", "id": approval_id, "message": exc.message})
-    flash = {"kind": "ok", "outcome": decided["state"], "id": decided["id"]}
-    if decided.get("task_id"):
+    flash = {"kind": "ok", "outcome": decided.state, "id": decided.id}
+    if decided.task_id:
         try:
-            task = await user.api.get(f"/api/v1/tasks/{decided['task_id']}")
-            flash.update(task=task["id"], task_state=task["state"])
+            task = await user.api.get_as(TaskResponse, f"/api/v1/tasks/{decided.task_id}")
+            flash.update(task=task.id, task_state=task.state)
         except ApiError:
             pass  # a named approver may decide a task it cannot read
     return _redirect_with(back, flash)
@@ -94,12 +96,12 @@ async def decide(request: Request, approval_id: str, decision: str) -> Response:
 async def _load(user: Viewer, tenant: str, *, pending: bool, decided: bool) -> dict:
     data: dict = {}
     if pending:
-        body = await user.api.get(INBOX, state="pending", tenant=tenant)
-        data["pending"] = body["requests"]
+        body = await user.api.get_as(ApprovalInbox, INBOX, state="pending", tenant=tenant)
+        data["pending"] = body.requests
     if decided:
-        body = await user.api.get(INBOX, tenant=tenant, limit=300)
-        done = [r for r in body["requests"] if r["state"] != "pending"]
-        done.sort(key=lambda r: r.get("decided_at") or r["created_at"], reverse=True)
+        body = await user.api.get_as(ApprovalInbox, INBOX, tenant=tenant, limit=300)
+        done = [r for r in body.requests if r.state != "pending"]
+        done.sort(key=lambda r: r.decided_at or r.created_at, reverse=True)
         data["decided"] = done[:DECIDED_SHOWN]
     return data
 

@@ -51,6 +51,9 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
+from hetpool.server.schemas.approvals import ApprovalResponse
+from hetpool.server.schemas.cost import BudgetStatus
+from hetpool.server.schemas.stats import CapacityStats, WorkloadStats
 from hetpool.web.i18n import Translator
 from hetpool.web.labels import label
 from hetpool.web.render import render, translator_for
@@ -69,10 +72,10 @@ SECTIONS: dict[str, tuple[str, frozenset[str]]] = {
     "queues": ("overview_queues.html", frozenset({"workload"})),
 }
 READS = {
-    "capacity": lambda api, window: api.get("/api/v1/stats/capacity"),
-    "workload": lambda api, window: api.get("/api/v1/stats/workload", window=window),
-    "budgets": lambda api, window: api.get("/api/v1/budgets/status"),
-    "approvals": lambda api, window: api.get("/api/v1/approvals", state="pending", limit=50),
+    "capacity": lambda api, window: api.get_as(CapacityStats, "/api/v1/stats/capacity"),
+    "workload": lambda api, window: api.get_as(WorkloadStats, "/api/v1/stats/workload", window=window),
+    "budgets": lambda api, window: api.get_as(list[BudgetStatus], "/api/v1/budgets/status"),
+    "approvals": lambda api, window: api.get_as(list[ApprovalResponse], "/api/v1/approvals", state="pending", limit=50),
 }
 APPROVALS_SHOWN = 8
 # A pool counts as saturated when its idle devices are below this share of its usable ones
@@ -114,22 +117,22 @@ async def _context(request: Request, user: Viewer, needs: frozenset[str], window
     data.update(hot_spots(data.get("capacity"), data.get("workload")))
     if data.get("capacity") and data.get("workload"):
         data["charts"] = utilisation_charts(tr, data["capacity"], data["workload"])
-        data["util_now"] = {p["pool"]: p["utilisation"] for p in data["capacity"]["pools"]}
+        data["util_now"] = {p["pool"]: p["utilisation"] for p in data["capacity"].pools}
     if data.get("budgets") is not None:
-        data["budgets_crossed"] = [b for b in data["budgets"] if b.get("exceeded") or b.get("alerts")]
+        data["budgets_crossed"] = [b for b in data["budgets"] if b.exceeded or b.alerts]
     if data.get("approvals") is not None:
         data["approvals_shown"] = data["approvals"][:APPROVALS_SHOWN]
     return data
 
 
-def hot_spots(capacity: dict | None, workload: dict | None) -> dict[str, list]:
+def hot_spots(capacity: CapacityStats | None, workload: WorkloadStats | None) -> dict[str, list]:
     """Saturated pools (no idle devices to speak of, tasks waiting for them) and idle ones
     (idle devices, nothing waiting). Both need capacity and the user's queue."""
     if not capacity or not workload:
         return {"saturated": [], "idle_pools": [], "waiting_by_pool": {}}
-    waiting = {q["name"]: q["waiting"] for q in workload["queues"]["by_pool"]}
+    waiting = {q["name"]: q["waiting"] for q in workload.queues["by_pool"]}
     saturated, idle = [], []
-    for pool in capacity["pools"]:
+    for pool in capacity.pools:
         usable = pool["total"] - pool["abnormal"] - pool["offline"]
         queued = waiting.get(pool["pool"], 0)
         entry = {**pool, "waiting": queued}
@@ -142,10 +145,10 @@ def hot_spots(capacity: dict | None, workload: dict | None) -> dict[str, list]:
     return {"saturated": saturated, "idle_pools": idle, "waiting_by_pool": waiting}
 
 
-def utilisation_charts(tr: Translator, capacity: dict, workload: dict) -> dict[str, dict]:
+def utilisation_charts(tr: Translator, capacity: CapacityStats, workload: WorkloadStats) -> dict[str, dict]:
     """ECharts options: a bar per pool (now, 24 h, 7 d) and an hourly line per class."""
-    now = {p["pool"]: p["utilisation"] for p in capacity["pools"]}
-    pools = workload["utilisation"]["pools"]
+    now = {p["pool"]: p["utilisation"] for p in capacity.pools}
+    pools = workload.utilisation["pools"]
     names = [p["pool"] for p in pools]
     series = [
         {"name": tr.gettext("Now"), "type": "bar", "data": [round(100 * now.get(n, 0.0), 1) for n in names]},
@@ -160,7 +163,7 @@ def utilisation_charts(tr: Translator, capacity: dict, workload: dict) -> dict[s
         "yAxis": {"type": "value", "min": 0, "max": 100},
         "series": series,
     }
-    hourly = workload["utilisation"]["hourly"]
+    hourly = workload.utilisation["hourly"]
     hours = [h[11:16] for h in hourly["hours"]]  # HH:MM (UTC) of each hour's start
     class_names = {c: label(tr, "device_class", c) for c in hourly["classes"]}
     trend = {
