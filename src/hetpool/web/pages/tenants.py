@@ -21,6 +21,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
+from hetpool.server.schemas.inventory import ObjectList
+from hetpool.server.schemas.quotas import QuotaUsage
 from hetpool.web.i18n import Translator
 from hetpool.web.labels import label
 from hetpool.web.render import render, translator_for
@@ -44,10 +46,10 @@ async def tenants_page(request: Request, tenant: str = "", fragment: str = "") -
 
 
 async def _load(user: Viewer, focus: str) -> dict:
-    usage = await user.api.get("/api/v1/quotas/usage")
+    usage = await user.api.get_as(list[QuotaUsage], "/api/v1/quotas/usage")
     inventory_readable = True
     try:
-        specs = await user.api.get("/api/v1/objects/tenants")
+        specs = await user.api.get_as(ObjectList, "/api/v1/objects/tenants")
     except ApiError as exc:
         if exc.status != 403:
             raise
@@ -55,12 +57,12 @@ async def _load(user: Viewer, focus: str) -> dict:
     scopes = user.actions.get("task.read")
     known = {s["name"]: s for s in specs if _visible(s["name"], scopes)}
     for row in usage:
-        known.setdefault(row["tenant"], {"name": row["tenant"], "display_name": "", "weight": None})
+        known.setdefault(row.tenant, {"name": row.tenant, "display_name": "", "weight": None})
     choices = sorted(known)
     if focus:
         # The subtree and the ancestors above it, whose quotas also count its use.
         known = {name: s for name, s in known.items() if _covers(focus, name) or _covers(name, focus)}
-        usage = [r for r in usage if _covers(focus, r["tenant"]) or _covers(r["tenant"], focus)]
+        usage = [r for r in usage if _covers(focus, r.tenant) or _covers(r.tenant, focus)]
     return {
         "tree": _tree(known, usage),
         "choices": choices,
@@ -81,12 +83,12 @@ def _visible(name: str, scopes) -> bool:
     return any(_covers(scope, name) or _covers(name, scope) for scope in scopes or [])
 
 
-def _tree(tenants: dict[str, dict], usage: list[dict]) -> list[dict]:
+def _tree(tenants: dict[str, dict], usage: list[QuotaUsage]) -> list[dict]:
     """Tenants depth first (children under their parent, by name), each with its own
     quota rows and, when it has none, the ancestors whose quotas count it."""
     by_tenant: dict[str, list[dict]] = {}
     for row in usage:
-        by_tenant.setdefault(row["tenant"], []).append(_with_bar(row))
+        by_tenant.setdefault(row.tenant, []).append(_with_bar(row))
     nodes = []
     for name in sorted(tenants, key=lambda n: n.split("/")):
         spec = tenants[name]
@@ -105,26 +107,26 @@ def _tree(tenants: dict[str, dict], usage: list[dict]) -> list[dict]:
     return nodes
 
 
-def _with_bar(row: dict) -> dict:
+def _with_bar(row: QuotaUsage) -> dict:
     """Bar widths on a scale of max(nominal, used): use within nominal, then the borrowed part."""
-    nominal, used, borrowed = float(row["nominal"]), float(row["used"]), float(row["borrowed"])
+    nominal, used, borrowed = float(row.nominal), float(row.used), float(row.borrowed)
     scale = max(nominal, used) or 1.0
     within = min(used, nominal)
     return {
-        **row,
+        **row.model_dump(),
         "used_pct": round(100 * used / nominal, 1) if nominal else (100.0 if used else 0.0),
         "bar_within_pct": round(100 * within / scale, 2),
         "bar_borrowed_pct": round(100 * borrowed / scale, 2),
     }
 
 
-def _cards(tenants: dict[str, dict], usage: list[dict]) -> dict[str, int]:
+def _cards(tenants: dict[str, dict], usage: list[QuotaUsage]) -> dict[str, int]:
     return {
         "tenants": len(tenants),
-        "quotas": len({r["quota"] for r in usage}),
-        "borrowing": sum(1 for r in usage if r["borrowed"] > 0),
-        "lending": sum(1 for r in usage if r["lent"] > 0),
-        "full": sum(1 for r in usage if r["headroom"] <= 0),
+        "quotas": len({r.quota for r in usage}),
+        "borrowing": sum(1 for r in usage if r.borrowed > 0),
+        "lending": sum(1 for r in usage if r.lent > 0),
+        "full": sum(1 for r in usage if r.headroom <= 0),
     }
 
 
