@@ -35,6 +35,7 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
+from hetpool.server.schemas.audit import AnchoredVerifyResponse, AuditEvent
 from hetpool.web.render import render
 from hetpool.web.session import Api, ApiError, viewer
 
@@ -87,11 +88,11 @@ class Query:
 
 @dataclass
 class Page:
-    events: list[dict] = field(default_factory=list)
+    events: list[AuditEvent] = field(default_factory=list)
     next_url: str | None = None  # older (desc) or later (asc) events
     scanned_out: bool = False  # the free-text budget ran out before the page was full
     scanned: int = 0
-    top: dict | None = None  # the newest event in the whole trail (desc pages find it anyway)
+    top: AuditEvent | None = None  # the newest event in the whole trail (desc pages find it anyway)
 
 
 def _int(value: str | None, default: int) -> int:
@@ -101,26 +102,26 @@ def _int(value: str | None, default: int) -> int:
         return default
 
 
-def _haystack(event: dict) -> str:
-    parts = [event.get("actor"), event.get("action"), event.get("object_kind"), event.get("object_id")]
-    parts += [json.dumps(event.get(k), ensure_ascii=False) for k in ("before", "after") if event.get(k) is not None]
+def _haystack(event: AuditEvent) -> str:
+    parts = [event.actor, event.action, event.object_kind, event.object_id]
+    parts += [json.dumps(value, ensure_ascii=False) for value in (event.before, event.after) if value is not None]
     return " ".join(str(p) for p in parts if p).lower()
 
 
-def _matches(event: dict, needle: str) -> bool:
+def _matches(event: AuditEvent, needle: str) -> bool:
     return not needle or needle.lower() in _haystack(event)
 
 
-async def _read(api: Api, filters: dict, after_id: int, limit: int) -> list[dict]:
-    return await api.get("/api/v1/audit", after_id=after_id, limit=max(1, min(API_PAGE, limit)), **filters)
+async def _read(api: Api, filters: dict, after_id: int, limit: int) -> list[AuditEvent]:
+    return await api.get_as(list[AuditEvent], "/api/v1/audit", after_id=after_id, limit=max(1, min(API_PAGE, limit)), **filters)
 
 
-async def _first_from(api: Api, event_id: int) -> dict | None:
+async def _first_from(api: Api, event_id: int) -> AuditEvent | None:
     found = await _read(api, {}, max(0, event_id - 1), 1)
     return found[0] if found else None
 
 
-async def newest_event(api: Api, hint: int = 0) -> dict | None:
+async def newest_event(api: Api, hint: int = 0) -> AuditEvent | None:
     """The event with the highest id. Ids are handed out without gaps (a gap is a deletion),
     so `hint` (the event count, or the newest id seen before) is usually right next to it;
     otherwise gallop up from it and bisect: a handful of one-row reads."""
@@ -129,15 +130,15 @@ async def newest_event(api: Api, hint: int = 0) -> dict | None:
         tail = await _read(api, {}, hint - 1, API_PAGE)
         if tail and len(tail) < API_PAGE:
             return tail[-1]
-        low = tail[-1]["id"] if tail else 0
+        low = tail[-1].id if tail else 0
     step = 1024
     while (probe := await _first_from(api, low + step)) is not None:
-        low, step = probe["id"], step * 2
+        low, step = probe.id, step * 2
     high = low + step  # no event at or above `high`
     while high - low > API_PAGE:
         middle = (low + high) // 2
         probe = await _first_from(api, middle)
-        low, high = (probe["id"], high) if probe is not None else (low, middle)
+        low, high = (probe.id, high) if probe is not None else (low, middle)
     tail = await _read(api, {}, max(0, low - 1), API_PAGE)
     return tail[-1] if tail else None
 
@@ -150,14 +151,14 @@ async def oldest_first(api: Api, query: Query) -> Page:
         batch = await _read(api, query.filters, cursor, asked)
         for event in batch:
             page.scanned += 1
-            cursor = event["id"]
+            cursor = event.id
             if _matches(event, query.q):
                 shown.append(event)
                 if len(shown) > query.limit:
                     break
         if len(shown) > query.limit:  # one more than fits: there are later events
             page.events = shown[: query.limit]
-            page.next_url = query.url(after=page.events[-1]["id"])
+            page.next_url = query.url(after=page.events[-1].id)
             return page
         if len(batch) < asked:
             page.events = shown
@@ -168,21 +169,21 @@ async def oldest_first(api: Api, query: Query) -> Page:
             return page
 
 
-async def _window(api: Api, query: Query, low: int, high: int) -> tuple[list[dict], int]:
+async def _window(api: Api, query: Query, low: int, high: int) -> tuple[list[AuditEvent], int]:
     """Matching events with low ≤ id ≤ high, oldest first, and how many were read."""
     found, cursor, read = [], low - 1, 0
     while True:
         asked = min(API_PAGE, high - cursor)
         batch = await _read(api, query.filters, cursor, asked)
         for event in batch:
-            if event["id"] > high:
+            if event.id > high:
                 break
             read += 1
             if _matches(event, query.q):
                 found.append(event)
-        if not batch or batch[-1]["id"] >= high or len(batch) < asked:
+        if not batch or batch[-1].id >= high or len(batch) < asked:
             return found, read
-        cursor = batch[-1]["id"]
+        cursor = batch[-1].id
 
 
 async def newest_first(api: Api, query: Query) -> Page:
@@ -191,8 +192,8 @@ async def newest_first(api: Api, query: Query) -> Page:
         high = query.before - 1
     else:
         page.top = await newest_event(api, query.top_hint)
-        high = page.top["id"] if page.top else 0
-    found: list[dict] = []
+        high = page.top.id if page.top else 0
+    found: list[AuditEvent] = []
     width = max(2 * query.limit, 200)
     # A window never spans more ids than the budget has left, so no page reads more than
     # SCAN_BUDGET events, however sparse the matches.
@@ -203,7 +204,7 @@ async def newest_first(api: Api, query: Query) -> Page:
         high, width = low - 1, width * 2
     page.events = list(reversed(found[-query.limit :]))
     if len(found) > query.limit:
-        page.next_url = query.url(before=page.events[-1]["id"], top=None)
+        page.next_url = query.url(before=page.events[-1].id, top=None)
     elif high >= 1:  # the budget ran out: go on below the last window read
         page.scanned_out = True
         page.next_url = query.url(before=high + 1, top=None)
@@ -240,23 +241,23 @@ def diff_summary(before: Any, after: Any) -> list[dict[str, str]]:
     return changes
 
 
-def _rows(events: list[dict]) -> list[dict]:
+def _rows(events: list[AuditEvent]) -> list[dict]:
     """Events as the table shows them: changed fields one a line (they matter most), added
     and removed ones run together on one line each, at most DIFF_SHOWN of each kind."""
     rows = []
     for event in events:
-        changes = diff_summary(event.get("before"), event.get("after"))
+        changes = diff_summary(event.before, event.after)
         by_kind = {kind: [c for c in changes if c["kind"] == kind] for kind in ("changed", "added", "removed")}
         shown = {kind: found[:DIFF_SHOWN] for kind, found in by_kind.items()}
         rows.append(
             {
-                **event,
-                "time": event["ts"].replace("T", " ")[:19],
+                **event.model_dump(),
+                "time": event.ts.replace("T", " ")[:19],
                 "changes": shown,
                 "has_changes": bool(changes),
                 "more_changes": len(changes) - sum(len(found) for found in shown.values()),
-                "before_json": json.dumps(event.get("before"), ensure_ascii=False, indent=1, sort_keys=True),
-                "after_json": json.dumps(event.get("after"), ensure_ascii=False, indent=1, sort_keys=True),
+                "before_json": json.dumps(event.before, ensure_ascii=False, indent=1, sort_keys=True),
+                "after_json": json.dumps(event.after, ensure_ascii=False, indent=1, sort_keys=True),
             }
         )
     return rows
@@ -286,14 +287,14 @@ async def audit_page(request: Request, fragment: str = "") -> HTMLResponse:
         page, error = await _events_page(user, query)
         return render(request, "audit_events.html", user, query=query, page=page, rows=_rows(page.events), error=error)
     try:
-        chain = await user.api.get("/api/v1/audit/verify")
+        chain = await user.api.get_as(AnchoredVerifyResponse, "/api/v1/audit/verify")
     except ApiError as exc:
         if exc.status == 403:
             return _denied(request, user, exc)
         raise
-    query.top_hint = query.top_hint or chain["events"]
+    query.top_hint = query.top_hint or chain.events
     page, error = await _events_page(user, query)
-    head = page.top or (await newest_event(user.api, chain["events"]) if chain["ok"] and chain["events"] else None)
+    head = page.top or (await newest_event(user.api, chain.events) if chain.ok and chain.events else None)
     return render(
         request,
         "audit.html",
