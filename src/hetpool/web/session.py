@@ -119,11 +119,12 @@ class Api:
     async def put(self, path: str, json: Any = None) -> Any:
         return await self.call("PUT", path, json=json)
 
-    async def get_as(self, model: type[Model], path: str, **params: Any) -> Model:
-        """GET parsed into `model` (a response model, or e.g. list[TaskResponse])."""
+    async def get_as(self, model: type[Model], path: str, /, **params: Any) -> Model:
+        """GET parsed into `model` (a response model, or e.g. list[TaskResponse]); positional
+        only, so a query parameter may be called `model` (the resource tree's filter)."""
         return _parsed(model, path, await self.get(path, **params))
 
-    async def post_as(self, model: type[Model], path: str, json: Any = None, **params: Any) -> Model:
+    async def post_as(self, model: type[Model], path: str, /, json: Any = None, **params: Any) -> Model:
         return _parsed(model, path, await self.post(path, json=json, **params))
 
 

@@ -47,6 +47,9 @@ from urllib.parse import quote, urlencode
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
+from hetpool.server.schemas.inventory import ObjectList, PoolProfile
+from hetpool.server.schemas.resources import ResourceTree
+from hetpool.server.schemas.tasks import TaskResponse
 from hetpool.web.labels import label
 from hetpool.web.render import render, translator_for
 from hetpool.web.session import ApiError, Viewer, viewer
@@ -87,16 +90,16 @@ async def resources_page(request: Request, fragment: str = "") -> Response:
     chosen = {k: v for k, v in filters.items() if v}
     error = ""
     try:
-        tree = await user.api.get("/api/v1/resources/tree", **chosen)
+        tree = await user.api.get_as(ResourceTree, "/api/v1/resources/tree", **chosen)
     except ApiError as exc:
         if exc.status != 422:
             raise
         # A refused filter (unknown cluster, bad version spec): say why, show nothing
         # rather than an unfiltered list that looks like an answer.
         error = exc.message
-        tree = await user.api.get("/api/v1/resources/tree")
-        tree["clusters"] = []
-        tree["totals"] = {"total": 0, "nodes": 0, "clusters": 0, **dict.fromkeys(DEVICE_STATUSES, 0)}
+        tree = await user.api.get_as(ResourceTree, "/api/v1/resources/tree")
+        tree.clusters = []
+        tree.totals = {"total": 0, "nodes": 0, "clusters": 0, **dict.fromkeys(DEVICE_STATUSES, 0)}
     context = {
         "tree": tree,
         "filters": filters,
@@ -118,15 +121,15 @@ async def resources_page(request: Request, fragment: str = "") -> Response:
 async def pool_page(request: Request, name: str, fragment: str = "") -> Response:
     user = await viewer(request)
     # An unknown pool: the API's 404 message becomes the error page.
-    profile = await user.api.get(f"/api/v1/pools/{quote(name, safe='')}/profile")
+    profile = await user.api.get_as(PoolProfile, f"/api/v1/pools/{quote(name, safe='')}/profile")
     context: dict = {"p": profile, "when": when, "num": number, "statuses": DEVICE_STATUSES}
     if fragment == "pool-queue":
-        context.update(await _queue(user, profile["pool"]))
+        context.update(await _queue(user, profile.pool))
         return render(request, "pool_queue.html", user, active="/resources", **context)
     context["chart"] = _status_chart(request, user, profile)
     if fragment == "pool-status":
         return render(request, "pool_status.html", user, active="/resources", **context)
-    context.update(await _queue(user, profile["pool"]))
+    context.update(await _queue(user, profile.pool))
     context["model_pools"] = await _pools_by_model(user)
     return render(request, "pool.html", user, active="/resources", **context)
 
@@ -134,15 +137,15 @@ async def pool_page(request: Request, name: str, fragment: str = "") -> Response
 async def _pools_by_model(user: Viewer) -> dict[str, list[str]]:
     """Which pools hold each device model (the substitutes table links to them)."""
     out: dict[str, list[str]] = {}
-    for pool in await user.api.get("/api/v1/objects/pools"):
+    for pool in await user.api.get_as(ObjectList, "/api/v1/objects/pools"):
         out.setdefault(pool["model"], []).append(pool["name"])
     return out
 
 
-def _waits_for(task: dict, pool: str) -> dict | None:
+def _waits_for(task: TaskResponse, pool: str) -> dict | None:
     """The scheduler's attempt that tried `pool` for a queued task, unless it ruled the pool
     out (an incompatible stack is reported as a '<pool>: why' detail)."""
-    for attempt in (task.get("pending") or {}).get("attempts", []):
+    for attempt in (task.pending or {}).get("attempts", []):
         if pool in attempt.get("pools", []) and not any(str(d).startswith(pool + ": ") for d in attempt.get("details", [])):
             return attempt
     return None
@@ -153,16 +156,17 @@ async def _queue(user: Viewer, pool: str) -> dict:
     running, waiting, truncated = [], [], False
     try:
         for state in ACTIVE_STATES:
-            tasks = await user.api.get("/api/v1/tasks", state=state, limit=TASK_PAGE)
+            tasks = await user.api.get_as(list[TaskResponse], "/api/v1/tasks", state=state, limit=TASK_PAGE)
             truncated = truncated or len(tasks) >= TASK_PAGE
             for task in tasks:
-                here = [p for p in task.get("placements", []) if p.get("pool") == pool]
+                here = [p.model_dump() for p in task.placements if p.pool == pool]
+                # The template's rows: the task as the API sent it, and what concerns this pool.
                 if here and state != "queued":
-                    running.append({**task, "here": here})
+                    running.append({**task.model_dump(exclude_unset=True), "here": here})
                 elif state == "queued":
                     attempt = _waits_for(task, pool)
                     if attempt is not None:
-                        waiting.append({**task, "attempt": attempt})
+                        waiting.append({**task.model_dump(exclude_unset=True), "attempt": attempt})
     except ApiError as exc:
         if exc.status not in (403, 404):
             raise
@@ -171,10 +175,10 @@ async def _queue(user: Viewer, pool: str) -> dict:
     return {"queue": running + waiting, "queue_denied": "", "queue_truncated": truncated}
 
 
-def _status_chart(request: Request, user: Viewer, profile: dict) -> dict:
+def _status_chart(request: Request, user: Viewer, profile: PoolProfile) -> dict:
     """A stacked bar per node: its devices by status (ECharts option)."""
     tr = translator_for(request, user)
-    nodes = profile["nodes"]
+    nodes = profile.nodes
     return {
         "tooltip": {"trigger": "axis", "axisPointer": {"type": "shadow"}},
         "legend": {"top": 0},
