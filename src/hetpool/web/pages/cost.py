@@ -36,6 +36,8 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response, StreamingResponse
 
+from hetpool.server.schemas.cost import BudgetStatus, CostReport, Ledger, LedgerRow
+from hetpool.server.schemas.inventory import ObjectList
 from hetpool.web.render import render, translator_for
 from hetpool.web.session import ApiError, Viewer, viewer
 
@@ -85,7 +87,7 @@ async def cost_page(request: Request, by: str = "team", period: str = "", tenant
         context.update(await _budgets(user, filters["tenant"]))
         return render(request, "cost_budgets.html", user, active="/cost", **context)
     try:
-        report = await user.api.get("/api/v1/cost/report", **filters)
+        report = await user.api.get_as(CostReport, "/api/v1/cost/report", **filters)
     except ApiError as exc:
         if exc.status not in (403, 422):
             raise
@@ -113,14 +115,14 @@ async def export_csv(request: Request, by: str = "team", period: str = "", tenan
     """The report's groups, or every ledger row of the period, as CSV (streamed page by page)."""
     user = await viewer(request)
     filters = _filters(by, period, tenant)
-    report = await user.api.get("/api/v1/cost/report", **filters)  # refusals become the error page, before any byte is sent
+    report = await user.api.get_as(CostReport, "/api/v1/cost/report", **filters)  # refusals become the error page, before any byte is sent
     suffix = "-" + re.sub(r"[^A-Za-z0-9_.-]+", "_", filters["tenant"]) if filters["tenant"] else ""
     if rows == "ledger":
-        first = await user.api.get("/api/v1/cost/ledger", period=report["period"], tenant=filters["tenant"], limit=LEDGER_PAGE)
-        filename = f"hetpool-ledger-{report['period']}{suffix}.csv"
-        body = _ledger_csv(user, report["period"], filters["tenant"], first)
+        first = await user.api.get_as(Ledger, "/api/v1/cost/ledger", period=report.period, tenant=filters["tenant"], limit=LEDGER_PAGE)
+        filename = f"hetpool-ledger-{report.period}{suffix}.csv"
+        body = _ledger_csv(user, report.period, filters["tenant"], first)
     else:
-        filename = f"hetpool-cost-{report['by']}-{report['period']}{suffix}.csv"
+        filename = f"hetpool-cost-{report.by}-{report.period}{suffix}.csv"
         body = _groups_csv(report)
     headers = {"Content-Disposition": f'attachment; filename="{filename}"', "Cache-Control": "no-store"}
     return StreamingResponse(body, media_type="text/csv; charset=utf-8", headers=headers)
@@ -133,22 +135,27 @@ def _filters(by: str, period: str, tenant: str) -> dict[str, str]:
 
 async def _ledger_rows(user: Viewer, filters: dict[str, str], *, limit: int) -> dict:
     """Ledger rows of the period, page after page, up to `limit` rows."""
-    rows: list[dict] = []
+    rows: list[LedgerRow] = []
     count = 0
     while len(rows) < limit:
-        page = await user.api.get(
-            "/api/v1/cost/ledger", period=filters["period"], tenant=filters["tenant"], limit=min(LEDGER_PAGE, limit - len(rows)), offset=len(rows)
+        page = await user.api.get_as(
+            Ledger,
+            "/api/v1/cost/ledger",
+            period=filters["period"],
+            tenant=filters["tenant"],
+            limit=min(LEDGER_PAGE, limit - len(rows)),
+            offset=len(rows),
         )
-        count = page["count"]
-        rows.extend(page["rows"])
-        if not page["rows"] or len(rows) >= count:
+        count = page.count
+        rows.extend(page.rows)
+        if not page.rows or len(rows) >= count:
             break
     return {"rows": rows, "count": count}
 
 
 async def _budgets(user: Viewer, tenant: str) -> dict:
     try:
-        budgets = await user.api.get("/api/v1/budgets/status", tenant=tenant)
+        budgets = await user.api.get_as(list[BudgetStatus], "/api/v1/budgets/status", tenant=tenant)
     except ApiError as exc:
         if exc.status not in (403, 404, 422):
             raise
@@ -159,7 +166,7 @@ async def _budgets(user: Viewer, tenant: str) -> dict:
 async def _tenant_choices(user: Viewer) -> list[str]:
     """Tenants the user may read cost of, for the filter's suggestions (none without inventory.read)."""
     try:
-        specs = await user.api.get("/api/v1/objects/tenants")
+        specs = await user.api.get_as(ObjectList, "/api/v1/objects/tenants")
     except ApiError:
         return []
     scopes = user.actions.get("cost.read")
@@ -170,49 +177,49 @@ async def _tenant_choices(user: Viewer) -> list[str]:
 
 
 # -------------------------------------------------------------------------- shaping
-def _summary(report: dict) -> dict:
+def _summary(report: CostReport) -> dict:
     """Cards, the bar chart and the table rows of a report (groups per currency when mixed)."""
-    totals = report.get("totals") or {}
+    totals = report.totals
     groups = []
-    for g in report["groups"]:
+    for g in report.groups:
         whole = totals.get(g["currency"], {}).get("cost_micros") or 0
         groups.append({**g, "share": round(100 * g["cost_micros"] / whole, 1) if whole else 0.0})
-    keys = list(dict.fromkeys(g["key"] for g in report["groups"]))
+    keys = list(dict.fromkeys(g["key"] for g in report.groups))
     series = []
     for currency in totals:
-        costs = {g["key"]: g["cost"] for g in report["groups"] if g["currency"] == currency}
+        costs = {g["key"]: g["cost"] for g in report.groups if g["currency"] == currency}
         series.append({"name": currency, "type": "bar", "data": [round(costs.get(k, 0.0), 2) for k in keys], "barMaxWidth": 48})
     bar = {
         "tooltip": {"trigger": "axis"},
         "legend": {"show": len(series) > 1},
         "grid": {"left": 60, "right": 20, "top": 30, "bottom": 70},
         "xAxis": {"type": "category", "data": keys, "axisLabel": {"rotate": 30 if len(keys) > 5 else 0, "interval": 0}},
-        "yAxis": {"type": "value", "name": report.get("currency") if report.get("currency") not in (None, "mixed") else ""},
+        "yAxis": {"type": "value", "name": report.currency if report.currency not in (None, "mixed") else ""},
         "series": series,
     }
     return {"report": report, "groups": groups, "totals": list(totals.values()), "bar_chart": bar}
 
 
-def _period_buckets(report: dict) -> tuple[list[str], int]:
+def _period_buckets(report: CostReport) -> tuple[list[str], int]:
     """The x axis: every day of the period, or its months for a year. Returns (labels, key length)."""
-    start, end = date.fromisoformat(report["start"]), date.fromisoformat(report["end"])
-    if report.get("kind") == "year":
+    start, end = date.fromisoformat(report.start), date.fromisoformat(report.end)
+    if report.kind == "year":
         return [f"{start.year:04d}-{m:02d}" for m in range(1, 13)], 7
     return [(start + timedelta(days=i)).isoformat() for i in range((end - start).days)], 10
 
 
-def _daily_chart(report: dict, rows: list[dict], by: str, *, other_label: str) -> dict:
+def _daily_chart(report: CostReport, rows: list[LedgerRow], by: str, *, other_label: str) -> dict:
     """Stacked lines of the largest groups (the rest as "other") over the period; stacked per
     currency, so the top of each stack is that currency's total."""
     labels, width = _period_buckets(report)
-    top = [(g["key"], g["currency"]) for g in report["groups"][:TOP_SERIES]]
-    mixed = len(report.get("totals") or {}) > 1
+    top = [(g["key"], g["currency"]) for g in report.groups[:TOP_SERIES]]
+    mixed = len(report.totals) > 1
     micros: dict[tuple[str, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
     other = "…"
     for row in rows:
-        key = row.get(by) or "-"
-        series_key = (key, row["currency"]) if (key, row["currency"]) in top else (other, row["currency"])
-        micros[series_key][row["day"][:width]] += row["cost_micros"]
+        key = getattr(row, by, None) or "-"  # `by` is one of DIMENSIONS: the API refused any other
+        series_key = (key, row.currency) if (key, row.currency) in top else (other, row.currency)
+        micros[series_key][row.day[:width]] += row.cost_micros
     series = []
     for key, currency in [*top, *sorted(k for k in micros if k[0] == other)]:
         if (key, currency) not in micros:
@@ -233,7 +240,7 @@ def _daily_chart(report: dict, rows: list[dict], by: str, *, other_label: str) -
         "legend": {"type": "scroll", "top": 0},
         "grid": {"left": 60, "right": 20, "top": 40, "bottom": 40},
         "xAxis": {"type": "category", "boundaryGap": False, "data": labels},
-        "yAxis": {"type": "value", "name": report.get("currency") if not mixed and report.get("currency") else ""},
+        "yAxis": {"type": "value", "name": report.currency if not mixed and report.currency else ""},
         "series": series,
     }
 
@@ -252,13 +259,13 @@ def _csv_line(values) -> str:
     return out.getvalue()
 
 
-async def _groups_csv(report: dict) -> AsyncIterator[str]:
+async def _groups_csv(report: CostReport) -> AsyncIterator[str]:
     yield _csv_line(GROUP_COLUMNS)
-    for g in report["groups"]:
+    for g in report.groups:
         yield _csv_line(
             [
-                report["period"],
-                report["by"],
+                report.period,
+                report.by,
                 g["key"],
                 g["currency"],
                 micros_text(g["cost_micros"]),
@@ -271,20 +278,20 @@ async def _groups_csv(report: dict) -> AsyncIterator[str]:
         )
 
 
-async def _ledger_csv(user: Viewer, period: str, tenant: str, first: dict) -> AsyncIterator[str]:
+async def _ledger_csv(user: Viewer, period: str, tenant: str, first: Ledger) -> AsyncIterator[str]:
     """Every ledger row of the period, a page of the API at a time (memory stays flat)."""
     yield _csv_line(LEDGER_COLUMNS)
     page, sent = first, 0
-    while page["rows"]:
+    while page.rows:
         chunk = io.StringIO()
         writer = csv.writer(chunk, lineterminator="\r\n")
-        for row in page["rows"]:
-            writer.writerow([micros_text(row["cost_micros"]) if col == "cost" else row.get(col) for col in LEDGER_COLUMNS])
+        for row in page.rows:
+            writer.writerow([micros_text(row.cost_micros) if col == "cost" else getattr(row, col) for col in LEDGER_COLUMNS])
         yield chunk.getvalue()
-        sent += len(page["rows"])
-        if sent >= page["count"]:
+        sent += len(page.rows)
+        if sent >= page.count:
             break
-        page = await user.api.get("/api/v1/cost/ledger", period=period, tenant=tenant, limit=LEDGER_PAGE, offset=sent)
+        page = await user.api.get_as(Ledger, "/api/v1/cost/ledger", period=period, tenant=tenant, limit=LEDGER_PAGE, offset=sent)
 
 
 # ------------------------------------------------------------------------ formatting
