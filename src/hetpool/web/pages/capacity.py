@@ -29,6 +29,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 from starlette.datastructures import QueryParams
 
+from hetpool.server.schemas.capacity import WhatIfResponse
+from hetpool.server.schemas.inventory import ObjectList
 from hetpool.web.i18n import N_, Translator
 from hetpool.web.render import render, translator_for
 from hetpool.web.session import ApiError, Viewer, viewer
@@ -163,8 +165,8 @@ def _device_rows(devices: dict) -> list[dict]:
     return [{**r, "delta": f"{r['changed'] - r['baseline']:+d}"} for r in rows if r["baseline"] != r["changed"]]
 
 
-def _charts(report: dict, tr: Translator) -> tuple[dict, dict]:
-    pools = report["pools"]
+def _charts(report: WhatIfResponse, tr: Translator) -> tuple[dict, dict]:
+    pools = report.pools
     busy = [p for p in pools if any(p[run] and p[run]["tasks"] for run in ("baseline", "changed"))] or pools
     legend = [tr.gettext("Baseline (today)"), tr.gettext("Changed")]
 
@@ -191,12 +193,12 @@ def _charts(report: dict, tr: Translator) -> tuple[dict, dict]:
     return option(busy, "wait_p90_hours"), option(pools, "utilisation", 100.0)
 
 
-def report_view(report: dict, tr: Translator) -> dict:
+def report_view(report: WhatIfResponse, tr: Translator) -> dict:
     wait_chart, util_chart = _charts(report, tr)
-    changed_p90 = {p["name"]: (p["changed"] or {}).get("wait_p90_hours") for p in report["pools"]}
+    changed_p90 = {p["name"]: (p["changed"] or {}).get("wait_p90_hours") for p in report.pools}
     return {
-        "summary": _summary_rows(report["totals"]),
-        "devices": _device_rows(report["changes"]["devices"]),
+        "summary": _summary_rows(report.totals),
+        "devices": _device_rows(report.changes["devices"]),
         "wait_chart": wait_chart,
         "util_chart": util_chart,
         "changed_p90": changed_p90,
@@ -206,8 +208,8 @@ def report_view(report: dict, tr: Translator) -> dict:
 # ------------------------------------------------------------------------------- routes
 async def _choices(user: Viewer) -> dict[str, list[dict]]:
     """Models to add (every catalog model, grouped by class) and to remove (those in pools)."""
-    models = await user.api.get("/api/v1/objects/devicemodels")
-    pools = await user.api.get("/api/v1/objects/pools")
+    models = await user.api.get_as(ObjectList, "/api/v1/objects/devicemodels")
+    pools = await user.api.get_as(ObjectList, "/api/v1/objects/pools")
     in_pools = {p.get("model") for p in pools}
     ordered = sorted(models, key=lambda m: (m.get("class") or "", m["name"]))
     groups: dict[str, list[dict]] = {}
@@ -235,7 +237,7 @@ async def capacity_page(request: Request) -> HTMLResponse:
     report, view, error, status = None, None, "", 200
     if "run" in request.query_params:
         try:
-            report = await user.api.post("/api/v1/capacity/what-if", json=form.body(tr))
+            report = await user.api.post_as(WhatIfResponse, "/api/v1/capacity/what-if", json=form.body(tr))
             view = report_view(report, tr)
         except ValueError as exc:
             error, status = str(exc), 422
