@@ -13,6 +13,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 
+from hetpool.server.schemas.users import WhoamiResponse
 from hetpool.server.services import auth, web_sessions
 from hetpool.web import pages as _pages_pkg
 from hetpool.web.i18n import LANGUAGES
@@ -68,7 +69,7 @@ async def login(request: Request, token: str = Form(""), next: str = Form("/")) 
     audited like any other) and then forgotten; the cookie gets a new random session id."""
     token = token.strip()
     try:
-        me = await Api(request, token=token).get("/api/v1/whoami")
+        me = await Api(request, token=token).get_as(WhoamiResponse, "/api/v1/whoami")
     except ApiError as exc:
         return render(request, "login.html", None, status_code=401, next=_safe_next(next), error=exc.message)
     session_id = await run_in_threadpool(_open_session, request, token, request.cookies.get(SESSION_COOKIE, ""))
@@ -77,8 +78,8 @@ async def login(request: Request, token: str = Form(""), next: str = Form("/")) 
     response = RedirectResponse(_safe_next(next), status_code=303)
     max_age = int(request.app.state.ctx.settings.web_session_max_s)
     response.set_cookie(SESSION_COOKIE, session_id, httponly=True, samesite="strict", secure=_secure(request), max_age=max_age)
-    if me.get("language") in LANGUAGES:
-        response.set_cookie(LANG_COOKIE, me["language"], max_age=_YEAR, samesite="lax")
+    if me.language in LANGUAGES:
+        response.set_cookie(LANG_COOKIE, me.language, max_age=_YEAR, samesite="lax")
     return response
 
 
