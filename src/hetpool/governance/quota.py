@@ -31,7 +31,7 @@ from hetpool.core.inventory import DeviceModelSpec
 from hetpool.core.quota import CPU_CORES, DEVICE_CLASSES, MEMORY_GB, NORMALISED, QuotaLimit, QuotaSpec
 from hetpool.core.tasks import TaskSpec
 from hetpool.core.tenancy import tenant_parent
-from hetpool.scheduling.quota_view import Held
+from hetpool.scheduling.quota_view import Held, QuotaCeiling
 
 EPS = 1e-9
 
@@ -150,6 +150,29 @@ class QuotaBook:
                     False,
                 )
         return QuotaVerdict(True, borrowing, "", not borrowing)
+
+    def ceiling(self, spec: TaskSpec, held: Iterable[Held]) -> QuotaCeiling | None:
+        """The first quota `spec` holding `held` could never be admitted under, whatever
+        else runs: its charge is above nominal + the most it may borrow (its borrowing
+        limit, and what its siblings could lend were they all idle). None: it could be."""
+        amounts = self._amounts(spec.tenant, spec.env.value, spec.task_type.value, list(held))
+        for (name, resource), amount in sorted(amounts.items()):
+            limit = self._limit(name, resource)
+            lendable = self._max_lendable(self.quotas[name], resource)
+            borrowable = lendable if limit.borrowing_limit is None else min(limit.borrowing_limit, lendable)
+            if amount > limit.nominal + borrowable + EPS:
+                return QuotaCeiling(name, resource, amount, limit.nominal, limit.borrowing_limit, borrowable)
+        return None
+
+    def _max_lendable(self, quota: QuotaSpec, resource: str) -> float:
+        """What `quota`'s siblings could lend it for `resource` were they all idle."""
+        total = 0.0
+        for member in self._cohorts.get(self._cohort_key(quota), []):
+            limit = next((m for m in member.limits if m.resource == resource), None)
+            if member.name == quota.name or limit is None:
+                continue
+            total += limit.nominal if limit.lending_limit is None else min(limit.nominal, limit.lending_limit)
+        return total
 
     def charge(self, task_id: str, spec_or_facts, held: list[Held], *, exempt: bool = False) -> _Charged:
         """Record capacity held by a task (admitted now or running). Returns its record;

@@ -1,30 +1,168 @@
-"""Human explanations of placement outcomes: a summary line, reason counts and attempts.
+"""Why a task is where it is: a typed explanation, rendered to text in one place.
 
-The summary reads like kube-scheduler's: "0/412 nodes available: 300 incompatible
-software stack: …, 80 not enough free devices, 32 pool reserved for other tenants".
+Every pending (or just admitted) task leaves a cycle with an `Explanation`: a reason code
+(`Reason`), the filter counts of its last placement attempt, the attempts themselves, and
+structured facts (the blocking task or reservation, the quota named, the preferred model
+and when it frees, the estimated start and how it was computed). `render` turns one into
+a sentence; it is the only place that does, and it takes a `gettext` so that the
+dashboard renders the same facts in its reader's language (the templates are marked for
+extraction in web/reasons.py).
+
+The summary for filter failures reads like kube-scheduler's: "0/412 nodes available:
+300 incompatible software stack, 80 not enough free devices, 32 pool reserved for other
+tenants".
+
+The API keeps the stored form flat — `to_dict()` gives `reason`, `summary`,
+`fits_when_idle`, `reasons` (filter counts), `attempts` and each fact as a top-level key
+— so that readers of `summary`, `preempting`, `reservation` or `estimated_start` keep
+working; `Explanation.from_dict` reads it back.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
 from hetpool.scheduling.assign import Assignment
 
 
-def summarize(assignment: Assignment, fits_when_idle: bool, nodes: int | None = None) -> str:
+class Reason(StrEnum):
+    """Why a task is admitted or still pending (the `reason` of its explanation)."""
+
+    FITS = "fits"  # admitted (or, in a plan: would be admitted now)
+    WAITING_FOR_CAPACITY = "waiting_for_capacity"  # fits the idle estate, not the free capacity
+    NEVER_FITS = "never_fits"  # fits no pool even when everything is idle
+    HOLDS_RESERVATION = "holds_reservation"  # a blocked head: nodes held for it, backfill may not delay it
+    BLOCKED_BY_RESERVATION = "blocked_by_reservation"  # would fit but for another task's reservation
+    BEHIND_FIFO_HEAD = "behind_fifo_head"  # a fifo queue's head is blocked
+    BACKFILL_OFF = "backfill_off"  # backfill is off for its device class and a head of that class waits
+    PREEMPTING = "preempting"  # lower-priority (or borrowing) work is being evicted for it
+    WAITING_FOR_RELEASE = "waiting_for_release"  # devices already being freed by earlier preemptions
+    WAITING_FOR_PREFERRED = "waiting_for_preferred"  # a substitute fits now, the preferred model finishes earlier
+    OVER_QUOTA = "over_quota"  # fits, but its quota (with borrowing) has no room now
+    EXCEEDS_QUOTA = "exceeds_quota"  # asks for more than its quota's nominal + borrowing limit: never admitted as is
+    SET_ASIDE = "set_aside"  # evaluating it raised an error; the cycle went on without it
+
+
+# One sentence per reason, with {fact} fields. Marked for translation in web/reasons.py
+# (tests/web/test_i18n.py checks the two lists agree). `{counts}` is the filter summary.
+SUMMARY_TEMPLATES: dict[Reason, str] = {
+    Reason.FITS: "fits now on {chosen}: {workers} worker(s), first on {node} ({model})",
+    Reason.WAITING_FOR_CAPACITY: "waiting for capacity — {counts}",
+    Reason.NEVER_FITS: "cannot run anywhere, even on idle capacity — {counts}",
+    Reason.HOLDS_RESERVATION: "waiting for capacity, holding a reservation on {node_count} node(s) from {start_at} — {counts}",
+    Reason.BLOCKED_BY_RESERVATION: "held back by the reservation of {blocking_task} (starts {start_at}): starting now would delay it",
+    Reason.BEHIND_FIFO_HEAD: "waiting behind the head of fifo queue {queue}",
+    Reason.BACKFILL_OFF: "waiting behind {blocking_task}: backfill is off for {device_class} pools",
+    Reason.PREEMPTING: "preempting {victim_count} {victim_kind}; starts when they have released their devices",
+    Reason.WAITING_FOR_RELEASE: "waiting for {releasing} preempted task(s) to release their devices",
+    Reason.WAITING_FOR_PREFERRED: (
+        "waiting for preferred {preferred_model} (free at {free_at}): finishes earlier than starting now on {substitute_model}"
+    ),
+    Reason.OVER_QUOTA: "over quota: {quota_reason}",
+    Reason.EXCEEDS_QUOTA: "exceeds quota {quota} even with borrowing: {resource} {requested:g} > {nominal:g} nominal + {borrowable:g} borrowable",
+    Reason.SET_ASIDE: "set aside: evaluating this task raised {error}; the others were scheduled without it",
+}
+
+# FITS when the placement is on a substitute (a fallback or a later any_of entry).
+FITS_FALLBACK_TEMPLATE = "fits now with fallback to {chosen}: {workers} worker(s), first on {node} ({model})"
+
+# How an estimated start was computed (the `eta_basis` fact).
+ETA_FORECAST = "forecast"  # the queue forecast walked running ends and the tasks ahead
+ETA_RESERVATION = "reservation"  # the start of the nodes held for it
+ETA_BEYOND_HORIZON = "beyond_horizon"  # not within the forecast horizon: no start is promised
+ETA_NONE = "none"  # no estimate applies (never fits, exceeds its quota, no runtime estimates)
+
+_BASE_KEYS = ("reason", "summary", "fits_when_idle", "reasons", "attempts")
+
+
+def _identity(text: str) -> str:
+    return text
+
+
+@dataclass
+class Explanation:
+    reason: Reason
+    fits_when_idle: bool = True
+    filter_counts: dict[str, int] = field(default_factory=dict)  # per filter reason: nodes it rejected
+    attempts: list[dict] = field(default_factory=list)  # Attempt.to_dict() per candidate group
+    facts: dict[str, Any] = field(default_factory=dict)  # JSON-ready, named as in SUMMARY_TEMPLATES and below
+
+    @property
+    def summary(self) -> str:
+        return render(self)
+
+    def to_dict(self) -> dict:
+        return {
+            "reason": self.reason.value,
+            "summary": render(self),
+            "fits_when_idle": self.fits_when_idle,
+            "reasons": dict(self.filter_counts),
+            "attempts": list(self.attempts),
+            **self.facts,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Explanation | None:
+        """The stored form read back; None when it has no known reason code (written by an older version)."""
+        try:
+            reason = Reason(data.get("reason"))
+        except ValueError:
+            return None
+        facts = {k: v for k, v in data.items() if k not in _BASE_KEYS}
+        return cls(reason, bool(data.get("fits_when_idle", True)), dict(data.get("reasons") or {}), list(data.get("attempts") or []), facts)
+
+    def with_facts(self, **facts: Any) -> Explanation:
+        self.facts.update(facts)
+        return self
+
+
+def counts_text(filter_counts: dict[str, int], nodes: int | None, gettext: Callable[[str], str] = _identity) -> str:
+    """'0/412 nodes available: 300 incompatible software stack, …' (the four largest)."""
+    top = sorted(filter_counts.items(), key=lambda kv: -kv[1])[:4]
+    counts = ", ".join(f"{count} {gettext(reason)}" for reason, count in top) or gettext("no candidates")
+    return (gettext("0/{nodes} nodes available: ").format(nodes=nodes) if nodes is not None else "") + counts
+
+
+def render(expl: Explanation, gettext: Callable[[str], str] = _identity) -> str:
+    """The explanation as one sentence, in the language of `gettext`."""
+    facts = dict(expl.facts)
+    facts.setdefault("counts", counts_text(expl.filter_counts, facts.get("nodes"), gettext))
+    fallback = expl.reason == Reason.FITS and facts.get("fallback_used")
+    template = gettext(FITS_FALLBACK_TEMPLATE if fallback else SUMMARY_TEMPLATES[expl.reason])
+    try:
+        text = template.format(**facts)
+    except (KeyError, ValueError, IndexError):
+        # A fact is missing (a stored explanation from an older version): say the reason at least.
+        text = gettext(SUMMARY_TEMPLATES[expl.reason]).split(":")[0].split("{")[0].strip(" —") or expl.reason.value
+    return text
+
+
+def from_assignment(assignment: Assignment, fits_when_idle: bool, nodes: int | None = None) -> Explanation:
+    """The explanation of a placement attempt on its own: fits now, waits for capacity, or never fits."""
+    counts = dict(assignment.reasons)
+    attempts = [a.to_dict() for a in assignment.attempts]
     if assignment.feasible:
         first = assignment.placements[0]
-        how = f"fallback to {assignment.chosen}" if assignment.fallback_used else f"on {assignment.chosen}"
-        return f"fits now {how}: {len(assignment.placements)} worker(s), first on {first.node} ({first.model})"
-    counts = ", ".join(f"{count} {reason}" for reason, count in assignment.reasons.most_common(4)) or "no candidates"
-    head = f"0/{nodes} nodes available: " if nodes is not None else ""
-    if not fits_when_idle:
-        return f"cannot run anywhere, even on idle capacity — {head}{counts}"
-    return f"waiting for capacity — {head}{counts}"
+        facts = {
+            "chosen": assignment.chosen,
+            "fallback_used": assignment.fallback_used,
+            "workers": len(assignment.placements),
+            "node": first.node,
+            "model": first.model,
+        }
+        return Explanation(Reason.FITS, True, counts, attempts, facts)
+    facts = {"nodes": nodes} if nodes is not None else {}
+    reason = Reason.WAITING_FOR_CAPACITY if fits_when_idle else Reason.NEVER_FITS
+    return Explanation(reason, fits_when_idle, counts, attempts, facts)
 
 
 def explanation(assignment: Assignment, fits_when_idle: bool, nodes: int | None = None) -> dict:
-    return {
-        "summary": summarize(assignment, fits_when_idle, nodes),
-        "fits_when_idle": fits_when_idle,
-        "reasons": dict(assignment.reasons),
-        "attempts": [a.to_dict() for a in assignment.attempts],
-    }
+    """The stored (dict) form of `from_assignment`."""
+    return from_assignment(assignment, fits_when_idle, nodes).to_dict()
+
+
+def summarize(assignment: Assignment, fits_when_idle: bool, nodes: int | None = None) -> str:
+    return render(from_assignment(assignment, fits_when_idle, nodes))
