@@ -17,7 +17,7 @@ from hetpool.core.inventory import DeviceModelSpec
 from hetpool.core.tasks import TaskSpec
 from hetpool.scheduling.assign import Assignment, assign
 from hetpool.scheduling.estimate import runtime_on
-from hetpool.scheduling.explain import explanation
+from hetpool.scheduling.explain import Explanation, Reason, from_assignment
 from hetpool.scheduling.filters import CompatCheck
 from hetpool.scheduling.running import RunningTask
 from hetpool.scheduling.snapshot import Snapshot
@@ -124,7 +124,7 @@ def may_use_reserved(task: TaskSpec, reservation: Reservation, now: datetime, mo
     return now + timedelta(seconds=seconds) <= reservation.start_at
 
 
-def prefer_waiting(working, spec, result, by_pool, compat_check, now, models, kwargs, banked: dict[str, float]) -> dict | None:
+def prefer_waiting(working, spec, result, by_pool, compat_check, now, models, kwargs, banked: dict[str, float]) -> Explanation | None:
     """Wait for the preferred (first) candidate when it would finish before the substitute.
 
     `banked` holds, per device model, the device-seconds of work that already chose to
@@ -151,13 +151,15 @@ def prefer_waiting(working, spec, result, by_pool, compat_check, now, models, kw
         return None
     devices = sum(len(p.device_indices) * p.device_fraction for p in pref.placements)
     banked[model_name] = banked.get(model_name, 0.0) + devices * pref_seconds
-    info = explanation(result, True)
-    info["summary"] = (
-        f"waiting for preferred {pref.placements[0].model} (free at {start.isoformat(timespec='minutes')}): "
-        f"finishes earlier than starting now on {result.placements[0].model}"
+    sub_model = result.placements[0].model
+    info = from_assignment(result, True)
+    info.reason = Reason.WAITING_FOR_PREFERRED
+    return info.with_facts(
+        preferred_model=model_name,
+        free_at=start.isoformat(timespec="minutes"),
+        substitute_model=sub_model,
+        substitute_rejected={"model": sub_model, "finish_at": datetime.fromtimestamp(sub_end, now.tzinfo).isoformat()},
     )
-    info["substitute_rejected"] = {"model": result.placements[0].model, "finish_at": datetime.fromtimestamp(sub_end, now.tzinfo).isoformat()}
-    return info
 
 
 def devices_of(snap: Snapshot, model: str) -> int:

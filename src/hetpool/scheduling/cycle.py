@@ -371,7 +371,7 @@ def _assign_or_wait_for_preferred(cx: CycleInputs, st: CycleState, cand: Candida
         if waited is None:
             _take(working, spec, result)
         else:
-            st.wait(cand.item, Decision(cand.item.id, False, result, waited, cand.queue.name))
+            st.wait(cand.item, Decision(cand.item.id, False, result, waited.to_dict(), cand.queue.name))
             return None
     return result
 
