@@ -24,7 +24,8 @@ that holds capacity, and `run_cycle` asks it before admitting.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from hetpool.core.inventory import DeviceModelSpec
@@ -199,6 +200,29 @@ class QuotaBook:
     def is_borrowing(self, task_id: str) -> bool:
         record = self.charged.get(task_id)
         return bool(record and record.borrowing)
+
+    def charged_tenant(self, task_id: str) -> str | None:
+        """The tenant `task_id` is charged to (None: not charged)."""
+        record = self.charged.get(task_id)
+        return record.tenant if record else None
+
+    def saved(self) -> tuple[dict, dict]:
+        """The book's charges, for `restore` (a cycle re-run without a task starts from them)."""
+        return dict(self.used), dict(self.charged)
+
+    def restore(self, state: tuple[dict, dict]) -> None:
+        self.used, self.charged = dict(state[0]), dict(state[1])
+
+    @contextmanager
+    def without(self, task_ids: Iterable[str]) -> Iterator[QuotaBook]:
+        """The book as if `task_ids` had been released (what-if preemption); restored on exit."""
+        state = self.saved()
+        for task_id in task_ids:
+            self.release(task_id)
+        try:
+            yield self
+        finally:
+            self.restore(state)
 
     def reclaimable_by(self, spec: TaskSpec, victim_id: str) -> bool:
         """May `spec` (a lender within its nominal) preempt `victim_id` to get its quota back?

@@ -75,6 +75,10 @@ ETA_RESERVATION = "reservation"  # the start of the nodes held for it
 ETA_BEYOND_HORIZON = "beyond_horizon"  # not within the forecast horizon: no start is promised
 ETA_NONE = "none"  # no estimate applies (never fits, exceeds its quota, no runtime estimates)
 
+# Appended to the summary of a waiting task the forecast found no start for (eta_basis
+# beyond_horizon), so that "no estimate" is said rather than shown as a bare null.
+BEYOND_HORIZON_TEMPLATE = "; no start within the forecast horizon ({horizon} queued tasks, running work with a known end)"
+
 _BASE_KEYS = ("reason", "summary", "fits_when_idle", "reasons", "attempts")
 
 
@@ -137,6 +141,8 @@ def render(expl: Explanation, gettext: Callable[[str], str] = _identity) -> str:
     except (KeyError, ValueError, IndexError):
         # A fact is missing (a stored explanation from an older version): say the reason at least.
         text = gettext(SUMMARY_TEMPLATES[expl.reason]).split(":")[0].split("{")[0].strip(" —") or expl.reason.value
+    if facts.get("eta_basis") == ETA_BEYOND_HORIZON:
+        text += gettext(BEYOND_HORIZON_TEMPLATE).format(horizon=facts.get("horizon", "?"))
     return text
 
 

@@ -9,6 +9,7 @@ how quotas are accounted.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -71,3 +72,11 @@ class QuotaLedger(Protocol):
     def is_borrowing(self, task_id: str) -> bool: ...
 
     def reclaimable_by(self, spec: TaskSpec, victim_id: str) -> bool: ...
+
+    def charged_tenant(self, task_id: str) -> str | None: ...
+
+    def saved(self) -> object: ...  # the charges, opaque: handed back to `restore`
+
+    def restore(self, state: object) -> None: ...
+
+    def without(self, task_ids: Iterable[str]) -> AbstractContextManager[QuotaLedger]: ...  # as if released; restored on exit
