@@ -33,6 +33,7 @@ from hetpool.core.quota import CPU_CORES, DEVICE_CLASSES, MEMORY_GB, NORMALISED,
 from hetpool.core.tasks import TaskSpec
 from hetpool.core.tenancy import tenant_parent
 from hetpool.scheduling.quota_view import Held, QuotaCeiling
+from hetpool.scheduling.running import RunningTask
 
 EPS = 1e-9
 
@@ -189,6 +190,17 @@ class QuotaBook:
             self.used[key] = after
         self.charged[task_id] = record
         return record
+
+    def charge_running(self, running: Iterable[RunningTask]) -> None:
+        """Charge the work that holds capacity, in start order: whoever went past a nominal
+        amount first is the one borrowing (and the first reclaimed). The live scheduler and
+        the simulator both build their book this way, so they agree on who borrows."""
+        for r in sorted(running, key=lambda r: (r.started_at, r.id)):
+            held = [
+                Held(a.pool, self.pool_models.get(a.pool, ""), len(a.device_indices) * a.device_fraction, a.cpu, a.memory_gb)
+                for a in r.allocations
+            ]
+            self.charge(r.id, (r.tenant, r.env, r.task_type.value), held)
 
     def release(self, task_id: str) -> None:
         record = self.charged.pop(task_id, None)

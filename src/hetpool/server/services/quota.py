@@ -15,7 +15,6 @@ from hetpool.core.tasks import TaskSpec
 from hetpool.governance.quota import QuotaBook
 from hetpool.scheduling.assign import assign
 from hetpool.scheduling.cycle import held_by
-from hetpool.scheduling.quota_view import Held
 from hetpool.scheduling.running import RunningTask
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.inventory import Inventory
@@ -27,17 +26,9 @@ def quota_book(inv: Inventory, running: list[RunningTask]) -> QuotaBook:
     """A book charged with the running work in start order: whoever went past a nominal
     amount first is the one borrowing (and the first reclaimed)."""
     book = QuotaBook(inv.quotas.values(), {m.name: m for m in inv.catalog.all()}, {p.name: p.model for p in inv.pools.values()})
-    if not book:
-        return book
-    for r in sorted(running, key=lambda r: (r.started_at, r.id)):
-        held = [Held(a.pool, _model(inv, a.pool), len(a.device_indices) * a.device_fraction, a.cpu, a.memory_gb) for a in r.allocations]
-        book.charge(r.id, (r.tenant, r.env, r.task_type.value), held)
+    if book:
+        book.charge_running(running)
     return book
-
-
-def _model(inv: Inventory, pool: str) -> str:
-    spec = inv.pools.get(pool)
-    return spec.model if spec else ""
 
 
 def _book_now(ctx: ServiceContext, session: Session, inv: Inventory) -> QuotaBook:
