@@ -140,7 +140,8 @@ def render(expl: Explanation, gettext: Callable[[str], str] = _identity) -> str:
         text = template.format(**facts)
     except (KeyError, ValueError, IndexError):
         # A fact is missing (a stored explanation from an older version): say the reason at least.
-        text = gettext(SUMMARY_TEMPLATES[expl.reason]).split(":")[0].split("{")[0].strip(" —") or expl.reason.value
+        # (Chinese templates use the full-width colon ：.)
+        text = gettext(SUMMARY_TEMPLATES[expl.reason]).split(":")[0].split("：")[0].split("{")[0].strip(" —") or expl.reason.value
     if facts.get("eta_basis") == ETA_BEYOND_HORIZON:
         text += gettext(BEYOND_HORIZON_TEMPLATE).format(horizon=facts.get("horizon", "?"))
     return text
