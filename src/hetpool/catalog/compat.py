@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 from packaging.version import InvalidVersion, Version
 
+from hetpool.catalog.names import EXTRA_PACKAGES, FAMILY_WORDS, FRAMEWORK_PACKAGES, package_key
 from hetpool.core.errors import SpecError
 from hetpool.core.inventory import DeviceModelSpec, RuntimeName, SoftwareStack
 from hetpool.core.tasks import FrameworkRequest, parse_version_spec
@@ -42,8 +43,6 @@ R_EXTRA_MISMATCH = "installed extra version does not match"
 
 CHECKS = {"cuda-builds", "rocm-builds", "cann-torch-npu", "cann-table", "any"}
 _RUNTIME_REASON = {"cuda": R_DRIVER, "cann": R_CANN}
-_FAMILY_WORDS = {"cuda": "NVIDIA GPUs", "rocm": "AMD GPUs", "dtk": "Hygon DCUs", "cann": "Ascend NPUs"}
-_FAMILY_WORDS |= {"neuware": "Cambricon MLUs", "xre": "Kunlunxin XPUs", "doca": "BlueField DPUs", "none": "CPUs"}
 _DISPLAY = {"pytorch": "PyTorch", "mindspore": "MindSpore", "paddle": "PaddlePaddle", "tensorflow": "TensorFlow", "jax": "JAX", "vllm": "vLLM"}
 
 
@@ -188,11 +187,18 @@ class CompatibilityKB:
     def __init__(self, data: Mapping[str, Any]) -> None:
         self._data = copy.deepcopy(dict(data))
         self._validate()
+        # Names as package keys (case, '-', '_' alike) -> (the KB's name, implied runtime).
         self._aliases: dict[str, str] = {}
+        self._packages: dict[str, tuple[str, str | None]] = {}
         for name, entry in self._data.get("frameworks", {}).items():
-            self._aliases[name] = name
-            for alias in entry.get("aliases", []):
-                self._aliases[str(alias).lower()] = name
+            for alias in [name, *entry.get("aliases", [])]:
+                self._aliases[package_key(str(alias))] = name
+        for alias, (target, family) in FRAMEWORK_PACKAGES.items():
+            if target in self._data.get("frameworks", {}):
+                self._packages[alias] = (target, family)
+        self._packages |= {alias: (name, None) for alias, name in self._aliases.items()}
+        self._extras = {package_key(name): (name, None) for name in self._data.get("extras", {})}
+        self._extras |= {alias: t for alias, t in EXTRA_PACKAGES.items() if t[0] in self._data.get("extras", {})}
 
     # -- construction -----------------------------------------------------------------
 
@@ -241,7 +247,33 @@ class CompatibilityKB:
         return sorted(self._data.get("frameworks", {}))
 
     def canonical_framework(self, name: str) -> str | None:
-        return self._aliases.get(name.strip().lower())
+        """The KB's name for a framework as users spell it (`torch`, `Torch_NPU`), or None."""
+        found = self._packages.get(package_key(name))
+        return found[0] if found else None
+
+    def framework_names(self) -> list[str]:
+        """Every framework name a task may give: the KB's names, their aliases, package
+        names, `none`, and the extras that stand for a framework (`vllm`, `vllm-ascend`)."""
+        return sorted({*self._packages, *self._extras, "none"})
+
+    def as_request(self, request: FrameworkRequest) -> FrameworkRequest:
+        """`framework: {name: vllm-ascend, version: X}` means PyTorch with the extra
+        vllm-ascend X: an extra named as the framework becomes one, under the framework the
+        KB says it needs. Anything else is returned as it is."""
+        if package_key(request.name) in self._packages or package_key(request.name) not in self._extras:
+            return request
+        needs = self._data["extras"][self._extras[package_key(request.name)][0]].get("framework")
+        if not needs:
+            return request
+        extras = {request.name: request.version, **request.extras}
+        return FrameworkRequest(name=needs, extras=extras)
+
+    def _implied_family(self, name: str, table: dict[str, tuple[str, str | None]], family: str) -> str | None:
+        """Why a package name cannot run on `family` (`torch_npu` on a GPU), or None."""
+        found = table.get(package_key(name))
+        if found is None or found[1] is None or found[1] == family:
+            return None
+        return f"{name} runs only on {FAMILY_WORDS.get(found[1], found[1])}"
 
     # -- CUDA -------------------------------------------------------------------------
 
@@ -416,14 +448,17 @@ class CompatibilityKB:
         otherwise the version installed on the node (stack.frameworks) is what runs."""
         if request is None or request.name == "none":
             return CompatVerdict(True)
+        request = self.as_request(request)
         fw = self.canonical_framework(request.name)
         if fw is None:
             return _fail(R_UNKNOWN_FRAMEWORK, f"framework {request.name!r} is not in the compatibility KB (known: {', '.join(self.frameworks())})")
         family = model.runtime.value
         name = _DISPLAY.get(fw, fw)
         rule = self._data["frameworks"][fw]["runtimes"].get(family)
+        if only := self._implied_family(request.name, self._packages, family):
+            return _fail(R_NOT_ON_DEVICE, f"{only}; {model.name} is a {model.device_class.value.upper()} ({family})")
         if rule is None:
-            families = [_FAMILY_WORDS.get(f, f) for f in self._data["frameworks"][fw]["runtimes"]]
+            families = [FAMILY_WORDS.get(f, f) for f in self._data["frameworks"][fw]["runtimes"]]
             where = ", ".join(families[:-1]) + " and " + families[-1] if len(families) > 1 else families[0]
             cls = model.device_class.value.upper()
             return _fail(R_NOT_ON_DEVICE, f"{name} runs only on {where}; {model.name} is a {cls} ({family})")
@@ -476,8 +511,9 @@ class CompatibilityKB:
         return any(_cann_matches(str(c), node.version) for row in rows for c in row.get("cann", []))
 
     def _installed(self, fw: str, installed: Mapping[str, str]) -> str | None:
+        # The KB's names and aliases only: a node's `torch_npu` version is not PyTorch's.
         for key, value in installed.items():
-            if self.canonical_framework(key) == fw:
+            if self._aliases.get(package_key(key)) == fw:
                 return value
         return None
 
@@ -486,9 +522,13 @@ class CompatibilityKB:
     ) -> CompatVerdict:
         spec = parse_version_spec(spec_text)
         label = _DISPLAY.get(extra, extra)
+        if only := self._implied_family(extra, self._extras, node.family):
+            return _fail(R_EXTRA, f"{only}; this device uses {node.family}")
+        known = self._extras.get(package_key(extra))
+        extra = known[0] if known else extra
         installed = None
         if installed_map:
-            installed = installed_map.get(extra)
+            installed = next((v for k, v in installed_map.items() if self._extras.get(package_key(k), (k,))[0] == extra), None)
             if installed is None:
                 return _fail(R_EXTRA_NOT_INSTALLED, f"{label} is not installed on the node and the task has no image")
             v = _version(installed)
