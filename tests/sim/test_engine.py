@@ -6,6 +6,7 @@ from hetpool.catalog.compat import CompatibilityKB
 from hetpool.catalog.devices import DeviceCatalog
 from hetpool.core.inventory import ClusterSpec, NodeSpec, PoolSpec
 from hetpool.core.policy import SchedulingPolicySpec
+from hetpool.core.quota import QuotaSpec
 from hetpool.core.tasks import TaskSpec
 from hetpool.sim.engine import SimConfig, Simulator
 from hetpool.sim.report import summarize
@@ -57,3 +58,47 @@ def test_a_task_is_not_preempted_more_than_the_policy_allows() -> None:
     assert result.outcomes["low"].preemptions == 1
     assert all(result.outcomes[f"hi{i}"].end_s is not None for i in range(4))
     assert summarize(result)["completed"] == 5
+
+
+def _quota_sim(quotas: bool) -> Simulator:
+    """One 8-A100 node; org/a and org/b share org's 8 devices, 4 each; b may borrow 2."""
+    limits = {"org": (8, None), "team-a": (4, None), "team-b": (4, 2)}
+    tenants = {"org": "org", "team-a": "org/a", "team-b": "org/b"}
+    specs = [
+        QuotaSpec.model_validate(
+            {"name": n, "tenant": tenants[n], "limits": [{"resource": "nvidia-a100-80g", "nominal": nom, "borrowing_limit": bl}]}
+        )
+        for n, (nom, bl) in limits.items()
+    ]
+    return Simulator(*_estate(), MODELS, CHECK, SimConfig(quotas=specs if quotas else []))
+
+
+def _team_task(task_id: str, tenant: str, arrival: float, devices: int, hours: float, priority: str = "normal") -> TraceTask:
+    doc = {"name": task_id, "tenant": tenant, "type": "training", "priority": priority, "runtime_estimate": f"{hours}h"}
+    doc["per_worker"] = {"devices": {"class": "gpu", "count": devices}}
+    return TraceTask(task_id, arrival, TaskSpec.model_validate(doc), reference_s=hours * 3600)
+
+
+def test_quotas_hold_back_borrowers_and_the_lender_reclaims_its_quota() -> None:
+    trace = [
+        _team_task("b-own", "org/b", 0, 4, 10.0),
+        _team_task("b-borrows", "org/b", 60, 2, 10.0),  # 6 of team-b's 4: 2 borrowed from team-a
+        _team_task("b-greedy", "org/b", 120, 2, 10.0),  # past the borrowing limit: waits, with 2 devices free
+        _team_task("a-reclaims", "org/a", 3600, 4, 1.0, priority="low"),  # within its nominal: takes its 4 back
+    ]
+    result = _quota_sim(quotas=True).run(trace)
+    assert [(a.t, a.task_id, a.borrowing) for a in result.admissions[:4]] == [
+        (0, "b-own", False),
+        (60, "b-borrows", True),
+        (3600, "a-reclaims", False),
+        (7200, "b-borrows", True),  # a's task ended: team-a's quota is idle again, b borrows it again
+    ]
+    outcomes = result.outcomes
+    assert outcomes["b-borrows"].preemptions == 1 and outcomes["b-own"].preemptions == 0
+    assert outcomes["b-greedy"].start_s == 36000  # only when b-own ends: b is back within 4 + 2
+    summary = summarize(result)
+    assert summary["borrowed_admissions"] == 2 and summary["waited_over_quota"] >= 1
+    # Without quotas the same trace is first come, first served: nobody waits with devices free.
+    free_for_all = _quota_sim(quotas=False).run(trace)
+    assert [(a.t, a.task_id) for a in free_for_all.admissions[:3]] == [(0, "b-own"), (60, "b-borrows"), (120, "b-greedy")]
+    assert summarize(free_for_all)["borrowed_admissions"] == 0

@@ -7,6 +7,12 @@ snapshot, runs each task for its *actual* duration on the devices it got (the tr
 `work_s`, which the scheduler never sees), releases them when it ends, and carries out
 preemptions. A preempted task loses its progress and starts again from zero when it is
 re-admitted — the honest cost of preemption without checkpoints.
+
+Quotas (`SimConfig.quotas`, the inventory's `kind: Quota` documents) are enforced as live:
+before every cycle a `QuotaBook` is charged with the running work in start order
+(`QuotaBook.charge_running`, the same call the server's scheduler makes) and handed to
+`run_cycle`, which admits within quota, lets a tenant borrow a sibling's idle quota and
+lets the lender reclaim it by preemption.
 """
 
 from __future__ import annotations
@@ -19,9 +25,12 @@ from datetime import UTC, datetime, timedelta
 
 from hetpool.core.inventory import ClusterSpec, DeviceModelSpec, NodeSpec, PoolSpec
 from hetpool.core.policy import QueueSpec, SchedulingPolicySpec
+from hetpool.core.quota import QuotaSpec
 from hetpool.core.tasks import Priority
+from hetpool.governance.quota import QuotaBook
 from hetpool.scheduling.cycle import QueuedTask, run_cycle
 from hetpool.scheduling.estimate import runtime_on
+from hetpool.scheduling.explain import Reason
 from hetpool.scheduling.running import RunningTask
 from hetpool.scheduling.snapshot import Allocation, build_snapshot
 from hetpool.sim.trace import TraceTask
@@ -35,6 +44,7 @@ class SimConfig:
     policy: SchedulingPolicySpec | None = None
     queues: list[QueueSpec] = field(default_factory=list)
     tenant_weights: dict[str, float] = field(default_factory=dict)
+    quotas: list[QuotaSpec] = field(default_factory=list)  # none: no quota is enforced
     max_time_s: float | None = None  # stop the clock here (tasks still running are reported)
     sample_every_s: float = 0.0  # utilisation/queue samples: at every event (0) or at this step
 
@@ -54,6 +64,8 @@ class TaskOutcome:
     price_per_hour: float = 0.0
     fallback_used: bool = False
     preemptions: int = 0
+    borrowed: int = 0  # admissions that took a sibling's idle quota (over the task's nominal)
+    over_quota_cycles: int = 0  # cycles it waited because its quota was spent (capacity or not)
     cost: float = 0.0  # device-hours × price, including work lost to preemption
 
     @property
@@ -73,6 +85,13 @@ class Sample:
     busy: dict[str, float]  # pool → devices in use
 
 
+@dataclass(frozen=True)
+class Admission:
+    t: float
+    task_id: str
+    borrowing: bool  # over its nominal quota on some limit, on a sibling's idle quota
+
+
 @dataclass
 class SimResult:
     outcomes: dict[str, TaskOutcome]
@@ -82,6 +101,7 @@ class SimResult:
     cycles: int
     core_seconds: float
     end_s: float
+    admissions: list[Admission] = field(default_factory=list)  # every admission, in order (re-admissions too)
 
 
 class Simulator:
@@ -125,6 +145,7 @@ class Simulator:
             cycles=state.cycles,
             core_seconds=state.core_s,
             end_s=state.now,
+            admissions=state.admissions,
         )
 
 
@@ -142,6 +163,8 @@ class _Run:
         self.attempts: dict[str, int] = dict.fromkeys(self.tasks, 0)
         self.seq = itertools.count()
         self.samples: list[Sample] = []
+        self.admissions: list[Admission] = []
+        self.pool_models = {v.name: v.model.name for v in self.snap.pools}
         self.pool_devices = {v.name: int(self.snap.device_totals()[v.rows].sum()) for v in self.snap.pools}
         self.busy: dict[str, float] = dict.fromkeys(self.pool_devices, 0.0)
         self.now, self.next_arrival, self.cycles, self.core_s, self.last_cycle = 0.0, 0, 0, 0.0, -float("inf")
@@ -194,6 +217,7 @@ class _Run:
     def cycle(self) -> None:
         cfg, now = self.cfg, self.now
         self.last_cycle, self.dirty = now, False
+        book = self.quota_book()
         result = run_cycle(
             self.snap,
             list(self.queued.values()),
@@ -205,6 +229,7 @@ class _Run:
             tenant_weights=cfg.tenant_weights,
             models=self.sim.models,
             estimate=False,
+            quota=book,
         )
         self.cycles += 1
         self.core_s += result.duration_s
@@ -213,7 +238,22 @@ class _Run:
                 if victim in self.running:
                     self.evict(victim)
             if decision.admit:
+                # The book charged the admission in the cycle: it knows whether it borrows.
+                borrowing = bool(book) and book.is_borrowing(decision.task_id)
+                self.admissions.append(Admission(now, decision.task_id, borrowing))
+                self.outcomes[decision.task_id].borrowed += borrowing
                 self.start(decision)
+            elif book and _over_quota(decision.explanation):
+                self.outcomes[decision.task_id].over_quota_cycles += 1
+
+    def quota_book(self) -> QuotaBook | None:
+        """A fresh book per cycle charged with the running work, as the live scheduler
+        builds one from its database (so both agree on who borrows); None: no quotas."""
+        if not self.cfg.quotas:
+            return None
+        book = QuotaBook(self.cfg.quotas, self.sim.models, self.pool_models)
+        book.charge_running(rt for rt, _, _ in self.running.values())
+        return book
 
     def evict(self, victim: str) -> None:
         self.dirty = True  # freed capacity: the next cycle places the preemptor
@@ -251,17 +291,24 @@ class _Run:
         expected_end = EPOCH + timedelta(seconds=now + (duration if expected is None else _scaled(task, placements, models)))
         preemptible = task.spec.preemptible and out.preemptions < self.max_preemptions
         started = EPOCH + timedelta(seconds=now)
-        self.running[task.id] = (
-            RunningTask(task.id, task.spec.tenant, rank, task.spec.task_type, allocations, started, expected_end, preemptible),
-            now,
-            end,
-        )
+        spec = task.spec
+        running = RunningTask(task.id, spec.tenant, rank, spec.task_type, allocations, started, expected_end, preemptible, env=spec.env.value)
+        self.running[task.id] = (running, now, end)
         heapq.heappush(self.ends, (end, next(self.seq), task.id, self.attempts[task.id]))
         del self.queued[task.id]
 
     def sample(self) -> None:
         if not self.samples or self.cfg.sample_every_s <= 0 or self.now - self.samples[-1].t >= self.cfg.sample_every_s:
             self.samples.append(Sample(self.now, len(self.queued), len(self.running), dict(self.busy)))
+
+
+def _over_quota(explanation) -> bool:
+    """Does a pending task's explanation say its quota holds it back?"""
+    facts = explanation.to_dict() if hasattr(explanation, "to_dict") else explanation
+    if facts.get("reason") in (Reason.OVER_QUOTA, Reason.EXCEEDS_QUOTA):
+        return True
+    # The untyped explanations run_cycle gave before reason codes (kept while both exist).
+    return "quota exceeded" in (facts.get("reasons") or {}) or str(facts.get("summary", "")).startswith("over quota")
 
 
 def _scaled(task: TraceTask, placements, models) -> float:

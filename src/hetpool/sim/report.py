@@ -95,6 +95,10 @@ def summarize(result: SimResult) -> dict:
         "makespan_hours": round(max(o.end_s for o in done) / 3600, 4) if done else None,
         "fallbacks": sum(o.fallback_used for o in started),
         "preemptions": sum(o.preemptions for o in outcomes),
+        # Quotas (SimConfig.quotas): admissions on a sibling's idle quota, and tasks that
+        # waited at least one cycle because their quota was spent.
+        "borrowed_admissions": sum(o.borrowed for o in outcomes),
+        "waited_over_quota": sum(1 for o in outcomes if o.over_quota_cycles),
         "cost": round(sum(o.cost for o in outcomes), 2),
         "utilisation": utilisation(result),
         "per_tenant": _group(outcomes, lambda o: o.tenant),
