@@ -104,6 +104,10 @@ class DeviceRequest(SpecModel):
         default=None, description="a slice of one device's memory (HAMi gpumem); shareable pools only"
     )
     cores_percent: bounded(gt=0, le=100) | None = Field(default=None, description="share of one device's compute (HAMi gpucores)")
+    mix_models: bool = Field(
+        default=False,
+        description="let one gang span several device models (e.g. H800 and A100 workers); off: all workers on one model",
+    )
 
     @field_validator("count")
     @classmethod

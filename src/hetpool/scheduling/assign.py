@@ -109,20 +109,33 @@ class _Group:
     label: str
     pools: list[int]
     unknown: bool = False
+    rank: int = 0  # which of the task's choices it comes from; > 0: a fallback (or any_of after models)
+
+
+def one_model_gang(task: TaskSpec) -> bool:
+    """A gang (several workers) on devices stays on one device model unless the task
+    says `mix_models`: workers of one DDP job run at the speed of the slowest device."""
+    demand = task.per_worker.devices
+    return demand is not None and task.workers > 1 and not demand.mix_models
 
 
 def candidate_groups(snap: Snapshot, task: TaskSpec) -> list[_Group]:
     """The groups for this task's device choices (memoised per snapshot: many tasks share them)."""
     demand = task.per_worker.devices
-    key = (
+    key: tuple = (
         demand.device_class if demand else None,
         tuple(demand.models) if demand else (),
         tuple(task.any_of),
         tuple(task.fallback),
     )
+    homogeneous = one_model_gang(task)
+    if homogeneous:
+        # The per-model order depends on the task type and the task's own speed figures.
+        key += (task.task_type, tuple(sorted(task.relative_performance.items())))
     cache = snap.group_cache
     if key not in cache:
-        cache[key] = _candidate_groups(snap, task)
+        groups = _candidate_groups(snap, task)
+        cache[key] = _one_model_each(snap, task, groups) if homogeneous else groups
     return cache[key]
 
 
@@ -139,19 +152,38 @@ def _candidate_groups(snap: Snapshot, task: TaskSpec) -> list[_Group]:
         groups.append(_Group(",".join(demand.models), idx, unknown=not idx))
     if task.any_of:
         idx = sorted({i for e in task.any_of for i in pools_for(e)})
-        groups.append(_Group("any_of: " + ",".join(task.any_of), idx, unknown=not idx))
+        groups.append(_Group("any_of: " + ",".join(task.any_of), idx, unknown=not idx, rank=len(groups)))
     elif task.fallback:
         for entry in task.fallback:
             if demand is not None and entry in demand.models:
                 continue
             idx = pools_for(entry)
-            groups.append(_Group(entry, idx, unknown=not idx))
+            groups.append(_Group(entry, idx, unknown=not idx, rank=len(groups)))
     if not groups:
         if device_class is None:
             groups.append(_Group("any node", [p.index for p in snap.pools]))
         else:
             groups.append(_Group(f"class {device_class.value}", [p.index for p in snap.pools if p.model.device_class == device_class]))
     return groups
+
+
+def _one_model_each(snap: Snapshot, task: TaskSpec, groups: list[_Group]) -> list[_Group]:
+    """Each group spanning several device models becomes one group per model, tried
+    fastest first for the task (its own relative_performance, else the catalog's figure
+    for its type; as scheduling/estimate.perf_of), then by name."""
+    out: list[_Group] = []
+    for group in groups:
+        by_model: dict[str, list[int]] = {}
+        for index in group.pools:
+            by_model.setdefault(snap.pools[index].model.name, []).append(index)
+        if len(by_model) < 2:
+            out.append(group)
+            continue
+        models = {name: snap.pools[indices[0]].model for name, indices in by_model.items()}
+        speed = {name: task.relative_performance.get(name) or model.perf_for(task.task_type) for name, model in models.items()}
+        for name in sorted(by_model, key=lambda n: (-speed[n], n)):
+            out.append(_Group(f"{group.label}: {name}", by_model[name], rank=group.rank))
+    return out
 
 
 def spreads(task: TaskSpec, placement: str) -> bool:
@@ -441,7 +473,7 @@ def assign(
     same = task.topology.same if task.topology else "none"
     limits = _limits(snap, task, allowed_pools, reserved_nodes)
     attempts: list[Attempt] = []
-    for position, group in enumerate(candidate_groups(snap, task)):
+    for group in candidate_groups(snap, task):
         pools = [snap.pools[i] for i in group.pools]
         attempt = Attempt(label=group.label, pools=[p.name for p in pools], outcome="no-fit")
         attempts.append(attempt)
@@ -468,7 +500,7 @@ def assign(
             placements = _place_in_a_part(snap, task, row_arr, fractions, fit, same, spread, commit)
             if placements is not None:
                 attempt.outcome = "fit"
-                return Assignment(feasible=True, placements=placements, fallback_used=position > 0, attempts=attempts, chosen=group.label)
+                return Assignment(feasible=True, placements=placements, fallback_used=group.rank > 0, attempts=attempts, chosen=group.label)
         _explain_no_fit(snap, task, row_arr, fractions, same, attempt)
     return Assignment(feasible=False, placements=[], fallback_used=False, attempts=attempts)
 

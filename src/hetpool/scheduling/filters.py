@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hetpool.catalog.task_types import task_type_verdict
 from hetpool.core.inventory import DeviceClass
 from hetpool.core.tasks import Priority, TaskSpec
 from hetpool.core.tenancy import tenant_ancestors
@@ -35,6 +36,7 @@ REASON_CPU_TOTAL = "node has fewer CPU cores than requested"
 REASON_MEMORY_HOST_TOTAL = "node has less host memory than requested"
 REASON_GANG = "not enough nodes for all workers at once (gang)"
 REASON_CLASS = "device class does not match"
+REASON_TASK_TYPE = "device class does not take this task type"
 REASON_SLICE_TOO_BIG = "slice larger than one device"
 REASON_EXCLUDED = "node excluded by the task"
 REASON_RESERVED_NODE = "node held for a blocked queue head"
@@ -71,6 +73,11 @@ def pool_verdict(pool: PoolView, task: TaskSpec, compat_check: CompatCheck) -> P
     demand = task.per_worker.devices
     model = pool.model
     if demand is not None:
+        # Checked for named models, any_of and fallback entries too: naming a pool does
+        # not make a GPU take offload work.
+        takes = task_type_verdict(model, task.task_type, task.relative_performance.get(model.name))
+        if not takes.ok:
+            return PoolVerdict(False, REASON_TASK_TYPE, takes.why)
         fraction = slice_fraction(pool, task)
         if demand.min_memory_gb and model.memory_gb * min(fraction, 1.0) < demand.min_memory_gb:
             return PoolVerdict(False, REASON_MEMORY, f"{model.name} has {model.memory_gb:g} GB, the task needs {demand.min_memory_gb:g} GB")

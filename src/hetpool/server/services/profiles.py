@@ -8,23 +8,14 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from hetpool.catalog.task_types import task_type_verdict
 from hetpool.core.errors import NotFoundError
-from hetpool.core.inventory import DeviceClass, DeviceModelSpec, TaskType
+from hetpool.core.inventory import DeviceModelSpec, TaskType
 from hetpool.core.tasks import FrameworkRequest
 from hetpool.server.db.models import NodeStatusRow
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.inventory import load_inventory
 from hetpool.server.services.task_planning import current_snapshot
-
-# Which task types a device class takes at all (the relative-performance table then says how well).
-_CLASS_TASK_TYPES = {
-    DeviceClass.DPU: {TaskType.OFFLOAD},
-    DeviceClass.CPU: {TaskType.PREPROCESSING, TaskType.GENERAL, TaskType.BATCH_INFERENCE, TaskType.INFERENCE},
-    DeviceClass.GPU: set(TaskType) - {TaskType.OFFLOAD},
-    DeviceClass.NPU: set(TaskType) - {TaskType.OFFLOAD},
-}
-# Below this relative throughput a task type is reported as "not suited" (e.g. training on a 310P).
-MIN_USEFUL_PERF = 0.1
 
 
 def pool_profile(ctx: ServiceContext, session: Session, name: str) -> dict:
@@ -88,23 +79,16 @@ def pool_profile(ctx: ServiceContext, session: Session, name: str) -> dict:
 
 
 def _task_types(model: DeviceModelSpec) -> list[dict]:
-    allowed = _CLASS_TASK_TYPES.get(model.device_class, set(TaskType))
+    """Per task type: does the pool take it (the catalog's rule, as the scheduler applies it)?"""
     out = []
     for task_type in TaskType:
-        perf = model.perf_for(task_type)
-        if task_type not in allowed:
-            out.append({"type": task_type.value, "ok": False, "why": f"{model.device_class.value} devices do not take {task_type.value} work"})
-        elif perf < MIN_USEFUL_PERF:
-            out.append(
-                {
-                    "type": task_type.value,
-                    "ok": False,
-                    "relative_performance": perf,
-                    "why": f"relative performance {perf:g} is below {MIN_USEFUL_PERF:g}",
-                }
-            )
-        else:
-            out.append({"type": task_type.value, "ok": True, "relative_performance": perf})
+        verdict = task_type_verdict(model, task_type)
+        entry: dict = {"type": task_type.value, "ok": verdict.ok}
+        if verdict.relative_performance is not None:
+            entry["relative_performance"] = verdict.relative_performance
+        if not verdict.ok:
+            entry["why"] = verdict.why
+        out.append(entry)
     return out
 
 
