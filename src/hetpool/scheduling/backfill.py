@@ -13,16 +13,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from hetpool.core.clock import as_utc
 from hetpool.core.inventory import DeviceModelSpec
 from hetpool.core.tasks import TaskSpec
 from hetpool.scheduling.assign import Assignment, assign
 from hetpool.scheduling.estimate import runtime_on
 from hetpool.scheduling.explain import Explanation, Reason, from_assignment
 from hetpool.scheduling.filters import CompatCheck
-from hetpool.scheduling.running import RunningTask
+from hetpool.scheduling.running import BASIS_ESTIMATE, RunningTask
 from hetpool.scheduling.snapshot import Snapshot
 
 MAX_RELEASES = 512  # bound the what-if walk; beyond this the head keeps a node reservation only
+
+# A wait for the preferred model gives way to the substitute once it has run this long
+# past the start it was promised: at least PROMISE_GRACE_S (a device freed on time but
+# noticed a cycle or two late breaks no promise), or PROMISE_GRACE_SHARE of the promised
+# wait (ten minutes late on a two-hour wait is not yet a broken promise).
+PROMISE_GRACE_S = 60.0
+PROMISE_GRACE_SHARE = 0.1
 
 
 @dataclass(frozen=True)
@@ -124,17 +132,58 @@ def may_use_reserved(task: TaskSpec, reservation: Reservation, now: datetime, mo
     return now + timedelta(seconds=seconds) <= reservation.start_at
 
 
-def prefer_waiting(working, spec, result, by_pool, compat_check, now, models, kwargs, banked: dict[str, float]) -> Explanation | None:
+@dataclass(frozen=True)
+class PreferredWait:
+    """The promise a task was given when it chose to wait for its preferred model: that
+    model's devices would be its by `promised_start`. Carried from one cycle to the next
+    in the task's explanation (facts `preferred_model`, `promised_start`, `waiting_since`),
+    so that a wait whose estimate keeps being revised still ends."""
+
+    model: str
+    promised_start: datetime
+    since: datetime
+
+    @classmethod
+    def from_explanation(cls, data: dict | None) -> PreferredWait | None:
+        """The promise in a stored explanation; None when it holds none (or not readably)."""
+        if not isinstance(data, dict) or data.get("reason") != Reason.WAITING_FOR_PREFERRED.value:
+            return None
+        try:
+            promised, since = (as_utc(datetime.fromisoformat(data[key])) for key in ("promised_start", "waiting_since"))
+            return cls(str(data["preferred_model"]), promised, since)
+        except (KeyError, TypeError, ValueError):  # written by an older version: no promise to hold it to
+            return None
+
+    def broken(self, now: datetime) -> bool:
+        promised_wait = max((self.promised_start - self.since).total_seconds(), 0.0)
+        grace = max(PROMISE_GRACE_S, PROMISE_GRACE_SHARE * promised_wait)
+        return now > self.promised_start + timedelta(seconds=grace)
+
+
+def preferred_only(spec: TaskSpec) -> TaskSpec:
+    """The task restricted to its preferred (first) candidate: what a waiting task waits for."""
+    return spec.model_copy(update={"fallback": spec.fallback[:1], "any_of": []})
+
+
+def prefer_waiting(
+    working, spec, result, by_pool, compat_check, now, models, kwargs, banked: dict[str, float], promise: PreferredWait | None = None
+) -> Explanation | None:
     """Wait for the preferred (first) candidate when it would finish before the substitute.
 
     `banked` holds, per device model, the device-seconds of work that already chose to
     wait for it in this cycle: the preferred devices are then expected to be free only
     after that work too (spread over the model's devices), so that not every waiting
     task counts on the same soon-free device.
+
+    `promise` is what the task was told when it started waiting: once that start has
+    passed (with grace, see PreferredWait.broken) the substitute is taken, whatever the
+    revised estimates say now — they were wrong once already.
     """
+    if promise is not None and promise.broken(now):
+        return None
     substitute = models.get(result.placements[0].model)
     sub_end = now.timestamp() + (runtime_on(spec, substitute) or 0.0)
-    preferred = spec.model_copy(update={"fallback": spec.fallback[:1], "any_of": []})
+    preferred = preferred_only(spec)
     # Only work on the preferred devices' pools can free them (host CPU and memory aside).
     wanted = set(spec.fallback[:1]) | set(spec.per_worker.devices.models if spec.per_worker.devices else [])
     pools = [p.name for p in working.pools if p.name in wanted or p.model.name in wanted]
@@ -154,12 +203,28 @@ def prefer_waiting(working, spec, result, by_pool, compat_check, now, models, kw
     sub_model = result.placements[0].model
     info = from_assignment(result, True)
     info.reason = Reason.WAITING_FOR_PREFERRED
-    return info.with_facts(
+    kept = promise if promise is not None and promise.model == model_name else None
+    promised = kept.promised_start if kept else datetime.fromtimestamp(start.timestamp() + queue_delay, now.tzinfo)
+    info.with_facts(
         preferred_model=model_name,
         free_at=start.isoformat(timespec="minutes"),
         substitute_model=sub_model,
         substitute_rejected={"model": sub_model, "finish_at": datetime.fromtimestamp(sub_end, now.tzinfo).isoformat()},
+        promised_start=promised.isoformat(),
+        waiting_since=(kept.since if kept else now).isoformat(),
     )
+    return info.with_facts(**revision_facts(relevant, start))
+
+
+def revision_facts(running: list[RunningTask], by: datetime) -> dict:
+    """How the ends counted on up to `by` were revised, if any was: `estimate_basis`
+    (running.BASIS_OVERRUN or BASIS_HISTORY) and `revised_from` (the end the overrunning
+    task's own estimate gave) of the latest such end; {} when all are the tasks' own."""
+    revised = [r for r in running if r.estimate_basis != BASIS_ESTIMATE and r.expected_end is not None and r.expected_end <= by]
+    if not revised:
+        return {}
+    last = max(revised, key=lambda r: r.expected_end)
+    return {"estimate_basis": last.estimate_basis, "revised_from": last.revised_from.isoformat(timespec="minutes") if last.revised_from else None}
 
 
 def devices_of(snap: Snapshot, model: str) -> int:

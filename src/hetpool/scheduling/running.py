@@ -1,12 +1,23 @@
-"""What the scheduler knows about work that already holds capacity."""
+"""What the scheduler knows about work that already holds capacity, and how the expected
+end of work that has overrun its estimate is revised."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 
 from hetpool.core.inventory import TaskType
 from hetpool.scheduling.snapshot import Allocation
+
+# How an expected end was arrived at (RunningTask.estimate_basis, and the `estimate_basis`
+# fact of an explanation that counted on it).
+BASIS_ESTIMATE = "estimate"  # the task's own runtime estimate (or its template's learned one)
+BASIS_HISTORY = "history"  # past its estimate; its template's median runtime says it still runs
+BASIS_OVERRUN = "overrun"  # past its estimate: revised by OVERRUN rule below
+
+# Work past its expected end still runs at least this much longer in any estimate: a
+# running task is never "free now" (the next cycle sees it again if it has not ended).
+OVERRUN_MIN_REMAINING_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -23,3 +34,39 @@ class RunningTask:
     preemptible: bool = True
     being_preempted: bool = False  # asked to give its devices back; not gone yet
     env: str = "dev"  # the task's environment (quotas are per environment)
+    estimate_basis: str = BASIS_ESTIMATE  # how expected_end was arrived at
+    revised_from: datetime | None = None  # the end its estimate gave, when expected_end is a revision
+
+
+def overrun_end(estimated_end: datetime, now: datetime) -> datetime:
+    """When work still running at `now`, past its `estimated_end`, is now expected to end.
+
+    The rule: a task that has overrun its estimate by d is expected to overrun by d more,
+    and to run at least OVERRUN_MIN_REMAINING_S more — end = now + max(60 s, d). The
+    estimate has proved wrong, so the only evidence left is how long the task has run past
+    it: the longer it has overrun, the longer it is expected to still run (its expected end
+    recedes at twice the clock's pace), so nothing counts on it forever as "free now". The
+    rule is deliberately gentle at first (a task a few seconds late is expected a minute
+    later, not a whole estimate later): a backfill reservation counting on it moves out
+    step by step rather than jumping, which would let backfill delay the reserved head.
+    """
+    overrun_s = max((now - estimated_end).total_seconds(), 0.0)
+    return now + timedelta(seconds=max(OVERRUN_MIN_REMAINING_S, overrun_s))
+
+
+def revise_overruns(running: list[RunningTask], now: datetime) -> list[RunningTask]:
+    """`running` with every expected end that is not after `now` revised (see overrun_end).
+
+    Idempotent: a revised end lies after `now`. Every reader of running ends in a cycle
+    (reservations, wait-for-preferred, the start forecast) reads the revised ones."""
+    out = []
+    for task in running:
+        if task.expected_end is not None and task.expected_end <= now:
+            task = replace(
+                task,
+                expected_end=overrun_end(task.expected_end, now),
+                estimate_basis=BASIS_OVERRUN,
+                revised_from=task.revised_from or task.expected_end,
+            )
+        out.append(task)
+    return out

@@ -14,13 +14,18 @@ from hetpool.core.inventory import TaskType
 from hetpool.core.specs import parse_spec
 from hetpool.core.states import ACTIVE_STATES, TaskState
 from hetpool.core.tasks import Priority, TaskSpec
+from hetpool.scheduling.assign import assign
+from hetpool.scheduling.backfill import PreferredWait, prefer_waiting, preferred_only
 from hetpool.scheduling.cycle import QueuedTask
+from hetpool.scheduling.estimate import runtime_on
+from hetpool.scheduling.explain import Explanation
 from hetpool.scheduling.forecast import end_after, forecast_starts
-from hetpool.scheduling.running import RunningTask
+from hetpool.scheduling.running import BASIS_ESTIMATE, BASIS_HISTORY, RunningTask, revise_overruns
 from hetpool.scheduling.snapshot import Allocation, Snapshot, build_snapshot
 from hetpool.server.db.models import InventoryObjectRow, PlacementRow, TaskRow
 from hetpool.server.services.inventory import Inventory
 from hetpool.server.services.nodes import engine_busy, health_view
+from hetpool.server.services.task_planning import placement_options
 
 HISTORY_SAMPLES = 20
 
@@ -63,6 +68,8 @@ def with_runtime(spec: TaskSpec, learned: dict[str, float]) -> TaskSpec:
 
 
 def running_tasks(session: Session, inv: Inventory, learned: dict[str, float], now: datetime) -> list[RunningTask]:
+    """Admitted, dispatched and running work with its allocations and expected end; an
+    end that has passed while the task still runs is revised (see _expected_end)."""
     max_preemptions = inv.policy.max_preemptions
     rows = session.execute(select(TaskRow).where(TaskRow.state.in_([s.value for s in ACTIVE_STATES]))).scalars().all()
     if not rows:
@@ -83,12 +90,7 @@ def running_tasks(session: Session, inv: Inventory, learned: dict[str, float], n
         except Exception:  # stored before a limit existed, or written by hand: it still holds its devices
             out.append(_holding_only(row, mine, started))
             continue
-        expected_end = None
-        if spec.runtime_estimate_s is not None and mine:
-            slowest = min((inv.catalog.get(p.model).perf_for(spec.task_type) if p.model in inv.catalog else 1.0) for p in mine)
-            if spec.per_worker.devices is None:
-                slowest = 1.0
-            expected_end = end_after(started, spec.runtime_estimate_s / slowest)  # None: past any date
+        expected_end, basis, revised_from = _expected_end(inv, spec, row.template, mine, started, learned, now)
         out.append(
             RunningTask(
                 id=row.id,
@@ -101,9 +103,31 @@ def running_tasks(session: Session, inv: Inventory, learned: dict[str, float], n
                 preemptible=spec.preemptible and row.preempt_reason is None and row.preemptions < max_preemptions,
                 being_preempted=row.preempt_reason is not None,
                 env=spec.env.value,
+                estimate_basis=basis,
+                revised_from=revised_from,
             )
         )
-    return out
+    return revise_overruns(out, now)
+
+
+def _expected_end(inv: Inventory, spec: TaskSpec, template, mine: list[PlacementRow], started: datetime, learned: dict[str, float], now: datetime):
+    """(expected end, how it was arrived at, the estimate's end if that was revised).
+
+    The task's runtime estimate on its slowest device gives the end. Once that end has
+    passed, its template's history (the median of recent successful runs, `learned`) is
+    the better guess if it says the task still runs; past that too, the core's overrun
+    rule applies (running.revise_overruns, in running_tasks)."""
+    if spec.runtime_estimate_s is None or not mine:
+        return None, BASIS_ESTIMATE, None
+    slowest = min((inv.catalog.get(p.model).perf_for(spec.task_type) if p.model in inv.catalog else 1.0) for p in mine)
+    if spec.per_worker.devices is None:
+        slowest = 1.0
+    estimated = end_after(started, spec.runtime_estimate_s / slowest)  # None: past any date
+    if estimated is not None and estimated <= now and template in learned:
+        from_history = end_after(started, learned[template] / slowest)
+        if from_history is not None and from_history > now:
+            return from_history, BASIS_HISTORY, estimated
+    return estimated, BASIS_ESTIMATE, None
 
 
 def _holding_only(row: TaskRow, mine: list[PlacementRow], started: datetime) -> RunningTask:
@@ -199,32 +223,71 @@ def plan_estimate(ctx, session: Session, inv: Inventory, snap: Snapshot, spec: T
     """Queue position and estimated start for a task that is not submitted yet.
 
     It would join behind every queued task of its priority or higher, so the forecast
-    runs over those and then this one.
+    runs over those and then this one. When the scheduler would have it wait for its
+    preferred model rather than start now on a substitute (as a new task: it has been
+    promised nothing yet), the plan says so: not feasible now, the waiting explanation,
+    and the start on the preferred model — as the cycle would decide and estimate.
     """
     now = ctx.clock.now()
     learned = learned_runtimes(session, inv)
     running = running_tasks(session, inv, learned, now)
-    ahead = []
+    models = {m.name: m for m in inv.catalog.all()}
+    ahead, banked = [], {}
     rank = spec.priority.rank
     for row in session.execute(select(TaskRow).where(TaskRow.state == TaskState.QUEUED.value, TaskRow.priority_rank >= rank)).scalars():
         try:
             queued_spec = with_runtime(parse_spec(row.spec), learned)
         except Exception:  # a stale spec does not block the estimate
             continue
+        promise = PreferredWait.from_explanation(row.pending_explanation)
+        if promise is not None:  # it waits for its preferred model: it starts there
+            queued_spec = preferred_only(queued_spec)
+            _bank(banked, queued_spec, promise.model, models)
         ahead.append(QueuedTask(row.id, queued_spec, row.queued_at))
     ahead.sort(key=lambda q: (-q.spec.priority.rank, q.queued_at, q.id))
-    me = QueuedTask("(plan)", with_runtime(spec, learned), now)
-    models = {m.name: m for m in inv.catalog.all()}
+    mine_spec = with_runtime(spec, learned)
+    waiting = _would_wait_for_preferred(ctx, inv, snap, mine_spec, running, now, models, banked)
+    me = QueuedTask("(plan)", preferred_only(mine_spec) if waiting else mine_spec, now)
     estimates = forecast_starts(snap, [*ahead, me], running, ctx.compat.check, now, models, horizon=len(ahead) + 1)
     mine = estimates.get("(plan)")
     if mine is None:
-        return {"queue_position": len(ahead) + 1, "estimated_start": None, "estimated_wait_s": None}
-    return {
-        "queue_position": mine.position,
-        "estimated_start": mine.start_at.isoformat() if mine.start_at else None,
-        "estimated_wait_s": mine.wait_s,
-        "estimated_pool": mine.pool,
-    }
+        body = {"queue_position": len(ahead) + 1, "estimated_start": None, "estimated_wait_s": None}
+    else:
+        body = {
+            "queue_position": mine.position,
+            "estimated_start": mine.start_at.isoformat() if mine.start_at else None,
+            "estimated_wait_s": mine.wait_s,
+            "estimated_pool": mine.pool,
+        }
+    if waiting is not None:
+        body.update(feasible=False, explanation={**waiting.to_dict(), "position": body["queue_position"], **body})
+    return body
+
+
+def _would_wait_for_preferred(ctx, inv: Inventory, snap: Snapshot, spec: TaskSpec, running, now, models, banked) -> Explanation | None:
+    """The cycle's wait-for-preferred decision (backfill.prefer_waiting) for a new task on
+    the current snapshot; None: it would start now (or not fit at all)."""
+    if not (inv.policy.wait_for_preferred and spec.ordered and spec.runtime_estimate_s):
+        return None
+    options = placement_options(inv, spec)
+    result = assign(snap, spec, ctx.compat.check, **options)
+    if not (result.feasible and result.fallback_used):
+        return None
+    by_pool: dict[str, list[RunningTask]] = {}
+    for r in running:
+        for pool in {a.pool for a in r.allocations}:
+            by_pool.setdefault(pool, []).append(r)
+    return prefer_waiting(snap, spec, result, by_pool, ctx.compat.check, now, models, options, banked)
+
+
+def _bank(banked: dict[str, float], spec: TaskSpec, model: str, models: dict) -> None:
+    """Count a queued task already waiting for `model` as the cycle does (device-seconds of
+    work that will take the model's devices first), so that a plan does not promise the
+    same soon-free devices twice."""
+    demand = spec.per_worker.devices
+    seconds = runtime_on(spec, models.get(model))
+    if demand is not None and seconds is not None:
+        banked[model] = banked.get(model, 0.0) + spec.workers * demand.count * seconds
 
 
 MIN_MODEL_SAMPLES = 3
