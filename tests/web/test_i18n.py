@@ -5,8 +5,11 @@ scheduling core and the catalog can give is translated."""
 
 from __future__ import annotations
 
+import ast
+import inspect
 import io
 import re
+import string
 from pathlib import Path
 
 import pytest
@@ -19,9 +22,9 @@ from typer.testing import CliRunner
 import hetpool.web
 from hetpool.catalog import compat
 from hetpool.cli.main import app as cli
-from hetpool.scheduling import assign, cycle, filters
+from hetpool.scheduling import assign, cycle, explain, filters
 from hetpool.web.i18n import GETTEXT_LOCALES, LOCALE_DIR, translations, translator
-from hetpool.web.reasons import REASON_TEXTS
+from hetpool.web.reasons import REASON_TEXTS, SUMMARY_TEXTS
 
 WEB = Path(hetpool.web.__file__).parent
 PO = LOCALE_DIR / "zh_CN" / "LC_MESSAGES" / "messages.po"
@@ -116,6 +119,38 @@ def test_every_reason_of_the_scheduling_core_is_translated() -> None:
     assert all(zh.reason(r) != r for r in reasons)
     assert zh.reasons({"not enough free devices": 2, "quota exceeded": 5}) == "5 超出配额, 2 空闲设备不足"
     assert zh.reason("a node's own words") == "a node's own words"  # free text passes through
+
+
+def _core_sentences() -> set[str]:
+    """Every sentence scheduling/explain.py renders: its templates (SUMMARY_TEMPLATES and any
+    module constant named *_TEMPLATE or *_TEXT) and the literals it passes to gettext."""
+    sentences = set(explain.SUMMARY_TEMPLATES.values())
+    sentences |= {v for k, v in vars(explain).items() if k.endswith(("_TEMPLATE", "_TEXT")) and isinstance(v, str)}
+    for node in ast.walk(ast.parse(inspect.getsource(explain))):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "gettext" and node.args and isinstance(node.args[0], ast.Constant):
+            sentences.add(node.args[0].value)
+    return sentences
+
+
+def _fields(text: str) -> set[tuple[str, str]]:
+    return {(name, spec or "") for _, name, spec, _ in string.Formatter().parse(text) if name is not None}
+
+
+def test_every_explanation_sentence_of_the_core_is_translated() -> None:
+    sentences = _core_sentences()
+    assert explain.FITS_FALLBACK_TEMPLATE in sentences and "no candidates" in sentences
+    assert not sentences - set(SUMMARY_TEXTS), "add the new sentences of scheduling/explain.py to web/reasons.py, then `make i18n`"
+    zh = translator("zh-CN")
+    untranslated = [s for s in sentences if zh.reason(s) == s]
+    assert not untranslated, f"no Chinese for: {untranslated}"
+
+
+def test_a_translated_sentence_keeps_the_fields_of_the_english_one() -> None:
+    """`render` fills the translation with the English template's facts: a field renamed,
+    dropped or added in Chinese would lose a fact or fall back to the bare reason."""
+    zh = translator("zh-CN")
+    for text in SUMMARY_TEXTS:
+        assert _fields(zh.reason(text)) == _fields(text), f"{text!r} → {zh.reason(text)!r}"
 
 
 @pytest.mark.parametrize("lang", ["en", "zh-CN"])

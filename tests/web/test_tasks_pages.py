@@ -149,8 +149,16 @@ def test_a_waiting_task_says_why_and_a_placed_one_shows_its_fallback(ctx: Servic
 
     waiting = browser_client.get(f"/tasks/{second}").text
     assert attr(waiting, "task-state", "data-state") == "queued"
-    summary = re.search(r'id="pending-summary">([^<]*)<', waiting).group(1)
+    summary = re.search(r'id="pending-summary"[^>]*>([^<]*)<', waiting).group(1)
     assert "0/12 nodes available" in summary and "not enough free devices" in summary
+    # The reason is rendered from its code and facts in the reader's language (web/reasons.py).
+    chinese = browser_client.get(f"/tasks/{second}?lang=zh-CN").text
+    assert attr(chinese, "pending-summary", "data-reason") in ("waiting_for_capacity", "holds_reservation")
+    in_chinese = re.search(r'id="pending-summary"[^>]*>([^<]*)<', chinese).group(1)
+    assert in_chinese.startswith("等待资源") and "0/12 个节点可用" in in_chinese and "空闲设备不足" in in_chinese
+    assert "not enough free devices" not in in_chinese
+    listed = browser_client.get("/tasks?fragment=task-table&state=queued&lang=zh-CN").text
+    assert "空闲设备不足" in listed and 'class="note pending-reason"' in listed
     assert re.search(r'id="pending-position">1<', waiting)
 
     placed = browser_client.get(f"/tasks/{ddp}").text
@@ -176,6 +184,12 @@ def test_a_waiting_task_says_why_and_a_placed_one_shows_its_fallback(ctx: Servic
     ).text
     assert 'id="plan-fallback"' in plan and 'data-candidate="nvidia-a100-80g" data-outcome="no-fit" data-chosen="false"' in plan
     assert "not enough free devices" in plan
+    assert attr(plan, "plan-summary", "data-reason") == "fits"
+    assert re.search(r'id="plan-summary"[^>]*>([^<]*)<', plan).group(1).startswith("fits now with fallback to ")
+    advanced = "fallback: [nvidia-a100-80g, nvidia-h800, ascend-910b2]\nframework: {name: pytorch, version: '>=2.4,<2.6'}\n"
+    fields = form(browser_client, template="pytorch-ddp", name="llama-web", tenant="ai-lab/nlp/llm-sft", device_count="4", advanced=advanced)
+    chinese_plan = browser_client.post("/tasks/new/plan?lang=zh-CN", data=fields).text
+    assert re.search(r'id="plan-summary"[^>]*>([^<]*)<', chinese_plan).group(1).startswith("现在即可回退到 ")
 
 
 def test_invalid_input_shows_the_apis_message_and_keeps_what_was_typed(browser_client: TestClient, admin_api: TestClient) -> None:

@@ -5,11 +5,21 @@ scheduling/filters.py, assign.py, cycle.py; R_* in catalog/compat.py) and know n
 languages; the API passes those words on unchanged. They are listed here, marked for
 extraction, so that the dashboard's catalogs translate them like any other text
 (`Translator.reason`). tests/web/test_i18n.py fails when the core gains a reason this list
-lacks."""
+lacks.
+
+A task's explanation is a reason code plus facts (scheduling/explain.py); `explanation_text`
+renders it in the reader's language with the core's own `render`, its sentences listed here
+in SUMMARY_TEXTS."""
 
 from __future__ import annotations
 
-from hetpool.web.i18n import N_
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from hetpool.scheduling.explain import Explanation, render
+from hetpool.web.i18n import N_, Translator
+from hetpool.web.labels import label
 
 REASON_TEXTS = (
     # scheduling: filters and assignment
@@ -27,6 +37,7 @@ REASON_TEXTS = (
     N_("node has less host memory than requested"),
     N_("not enough nodes for all workers at once (gang)"),
     N_("device class does not match"),
+    N_("device class does not take this task type"),
     N_("slice larger than one device"),
     N_("node excluded by the task"),
     N_("node held for a blocked queue head"),
@@ -55,3 +66,52 @@ REASON_TEXTS = (
     N_("extra not installed"),
     N_("installed extra version does not match"),
 )
+
+# The core's sentences for a task's explanation (scheduling/explain.py: SUMMARY_TEMPLATES,
+# FITS_FALLBACK_TEMPLATE and the filter-count texts of counts_text). `render` formats them
+# with the explanation's facts after translating them, so every translation keeps the same
+# {fields} (tests/web/test_i18n.py checks both).
+SUMMARY_TEXTS = (
+    N_("fits now on {chosen}: {workers} worker(s), first on {node} ({model})"),
+    N_("fits now with fallback to {chosen}: {workers} worker(s), first on {node} ({model})"),
+    N_("waiting for capacity — {counts}"),
+    N_("cannot run anywhere, even on idle capacity — {counts}"),
+    N_("waiting for capacity, holding a reservation on {node_count} node(s) from {start_at} — {counts}"),
+    N_("held back by the reservation of {blocking_task} (starts {start_at}): starting now would delay it"),
+    N_("waiting behind the head of fifo queue {queue}"),
+    N_("waiting behind {blocking_task}: backfill is off for {device_class} pools"),
+    N_("preempting {victim_count} {victim_kind}; starts when they have released their devices"),
+    N_("waiting for {releasing} preempted task(s) to release their devices"),
+    N_("waiting for preferred {preferred_model} (free at {free_at}): finishes earlier than starting now on {substitute_model}"),
+    N_("over quota: {quota_reason}"),
+    N_("exceeds quota {quota} even with borrowing: {resource} {requested:g} > {nominal:g} nominal + {borrowable:g} borrowable"),
+    N_("set aside: evaluating this task raised {error}; the others were scheduled without it"),
+    N_("0/{nodes} nodes available: "),
+    N_("no candidates"),
+    N_("; no start within the forecast horizon ({horizon} queued tasks, running work with a known end)"),
+)
+
+# The words the cycle fills into {victim_kind} of "preempting …" (translated as facts).
+VICTIM_KINDS = (
+    N_("lower-priority task(s)"),
+    N_("borrowing task(s) to reclaim its quota"),
+)
+
+
+def explanation_text(pending: Mapping[str, Any] | None, tr: Translator) -> str:
+    """Why a task is where it is, in the reader's language: the stored explanation (a task's
+    `pending`, a plan's `explanation`) rendered from its reason code and facts by the core's
+    one renderer; an explanation stored before reason codes existed shows its English summary."""
+    if not pending:
+        return ""
+    expl = Explanation.from_dict(dict(pending))
+    if expl is None:
+        return str(pending.get("summary") or "")
+    facts = dict(expl.facts)
+    # Facts that are words, not names or numbers, are translated like the sentence around them.
+    if isinstance(facts.get("device_class"), str):
+        facts["device_class"] = label(tr, "device_class", facts["device_class"])
+    if isinstance(facts.get("victim_kind"), str):
+        facts["victim_kind"] = tr.reason(facts["victim_kind"])
+    # `reason` only translates (no %-formatting): the core fills the {fields} itself.
+    return render(replace(expl, facts=facts), tr.reason)

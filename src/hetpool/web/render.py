@@ -17,6 +17,7 @@ from markupsafe import Markup
 
 from hetpool.web.i18n import N_, Translator, pick_language, translations, translator
 from hetpool.web.labels import has_label, label
+from hetpool.web.reasons import explanation_text
 from hetpool.web.session import LANG_COOKIE, Viewer
 
 TEMPLATE_DIR = Path(__file__).parent / "templates"
@@ -47,6 +48,7 @@ def templates(lang: str) -> Environment:
     env.globals["translate"] = tr.text
     env.globals["reason"] = tr.reason
     env.globals["reasons"] = tr.reasons
+    env.globals["explain"] = partial(explanation_text, tr=tr)  # a task's pending / a plan's explanation
     return env
 
 

@@ -108,6 +108,7 @@ def _list_row(task: TaskResponse, now: datetime) -> dict:
         "pools": sorted({p.pool for p in placements}),
         "nodes": sorted({p.node for p in placements}),
         "position": pending.get("position"),
+        "pending": pending,  # why it waits: explain() in the template
         "eta": short_ts(pending.get("estimated_start")) if pending.get("estimated_start") else "",
         "wait": duration(wait_seconds(task, now)),
         "created": short_ts(task.created_at),
@@ -364,6 +365,7 @@ def plan_view(plan: PlanResponse) -> dict:
         "feasible": plan.feasible,
         "fits_when_idle": plan.fits_when_idle,
         "summary": explanation.get("summary", ""),
+        "explanation": explanation,  # shown translated: explain() in the template
         "candidates": attempt_rows(attempts, plan.chosen),
         "fallback_used": bool(plan.fallback_used),
         "chosen": plan.chosen or "",
