@@ -13,12 +13,14 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 from fastapi.testclient import TestClient
 
 from hetpool.core.specs import parse_spec
 from hetpool.sim.trace import TraceTask, write_trace
 from tests.cli.test_cli_e2e import TERMINAL, Server
 from tests.conftest import DEMO_DIR, REPO, TASKS_DIR
+from tests.sim.test_sim_vs_live import QUOTA_ESTATE
 
 EXAMPLES = ["llm-inference.yaml", "mindspore-ascend.yaml", "batch-inference.yaml", "data-prep.yaml"]
 
@@ -122,3 +124,29 @@ def test_history_endpoint_needs_a_positive_period(api: TestClient) -> None:
     assert api.get("/api/v1/sim/history", params={"days": 7}).json()["tasks"] == []
     assert api.get("/api/v1/sim/history", params={"days": 0}).status_code == 422
     assert TestClient(api.app).get("/api/v1/sim/history").status_code == 401
+
+
+def test_sim_run_offline_enforces_the_inventorys_quotas(tmp_path: Path) -> None:
+    """Quota documents in --inventory are enforced as live: team b borrows 2 of team a's
+    idle 4, and a third task past b's borrowing limit waits although devices are free."""
+    inventory = tmp_path / "inventory"
+    inventory.mkdir()
+    (inventory / "estate.yaml").write_text(yaml.safe_dump_all(QUOTA_ESTATE))
+    (tmp_path / "no-quotas").mkdir()
+    (tmp_path / "no-quotas" / "estate.yaml").write_text(yaml.safe_dump_all([d for d in QUOTA_ESTATE if d["kind"] != "Quota"]))
+    tasks = []
+    for i, devices in enumerate([4, 2, 2]):
+        doc = {"kind": "Task", "name": f"b-{i}", "tenant": "org/b", "type": "training", "runtime_estimate": "1h"}
+        spec = parse_spec({**doc, "per_worker": {"devices": {"class": "gpu", "count": devices}}})
+        tasks.append(TraceTask(f"b-{i}", 60.0 * i, spec, reference_s=3600.0))
+    trace = tmp_path / "trace.jsonl"
+    write_trace(tasks, trace)
+    summaries = {}
+    for name in ("inventory", "no-quotas"):
+        result = hetpool("sim", "run", "--trace", str(trace), "--inventory", str(tmp_path / name), "-o", "json")
+        assert result.returncode == 0, result.stderr
+        summaries[name] = json.loads(result.stdout)
+    assert (summaries["inventory"]["borrowed_admissions"], summaries["inventory"]["waited_over_quota"]) == (1, 1)
+    assert summaries["inventory"]["wait_hours"]["p99"] > 0.9  # b-2 waits for b-0's hour
+    assert (summaries["no-quotas"]["borrowed_admissions"], summaries["no-quotas"]["waited_over_quota"]) == (0, 0)
+    assert summaries["no-quotas"]["wait_hours"]["p99"] == 0

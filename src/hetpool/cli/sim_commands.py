@@ -33,7 +33,7 @@ from hetpool.sim.report import plot, pyplot, summarize
 from hetpool.sim.trace import parse_trace_line, read_trace
 
 _COUNT = re.compile(r"\d+\s*[x*×]?", re.IGNORECASE)
-SERVER_KINDS = ["devicemodels", "tenants", "clusters", "nodes", "pools", "queues", "policies"]
+SERVER_KINDS = ["devicemodels", "tenants", "clusters", "nodes", "pools", "queues", "policies", "quotas"]
 
 
 @dataclass
@@ -47,7 +47,7 @@ class SimInventory:
 
 def collect(specs: list[BaseModel]) -> SimInventory:
     """Typed inventory for the simulator: models are the built-in catalog plus DeviceModel
-    specs; tenants' weights, queues and the `default` scheduling policy go to SimConfig."""
+    specs; tenants' weights, queues, quotas and the `default` scheduling policy go to SimConfig."""
     by_kind: dict[str, list] = {}
     for spec in specs:
         by_kind.setdefault(spec.kind, []).append(spec)
@@ -57,6 +57,7 @@ def collect(specs: list[BaseModel]) -> SimInventory:
         policy=policies.get("default"),
         queues=by_kind.get("Queue", []),
         tenant_weights={t.name: t.weight for t in by_kind.get("Tenant", [])},
+        quotas=by_kind.get("Quota", []),
     )
     return SimInventory(by_kind.get("Cluster", []), by_kind.get("Node", []), by_kind.get("Pool", []), {m.name: m for m in catalog.all()}, config)
 

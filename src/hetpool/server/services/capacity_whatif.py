@@ -159,7 +159,9 @@ def what_if(ctx: ServiceContext, user: Principal, request: WhatIfRequest) -> dic
     if not history:
         raise _bad("days", f"no finished tasks in the last {request.days:g} day(s) to replay; choose a longer period")
     tasks = _recent(history)
-    config = SimConfig(policy=inv.policies.get("default"), queues=list(inv.queues.values()), tenant_weights=inv.tenant_weights)
+    config = SimConfig(
+        policy=inv.policies.get("default"), queues=list(inv.queues.values()), tenant_weights=inv.tenant_weights, quotas=list(inv.quotas.values())
+    )
     if not _running.acquire(blocking=False):
         raise ConflictError(f"{MAX_CONCURRENT} what-if simulations are already running; try again in a few seconds")
     started = time.perf_counter()
