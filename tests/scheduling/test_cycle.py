@@ -65,13 +65,17 @@ def test_higher_priority_wins_the_last_eight_devices() -> None:
     first, second = result.decisions
     assert (first.task_id, first.admit) == ("newer-high", True)
     assert [(p.node, p.device_indices) for p in first.assignment.placements] == [("g0", tuple(range(8)))]
-    assert first.explanation["summary"].startswith("fits now on class gpu: 1 worker(s), first on g0 (nvidia-h100)")
+    assert first.explanation.to_dict()["summary"].startswith("fits now on class gpu: 1 worker(s), first on g0 (nvidia-h100)")
 
     assert (second.task_id, second.admit) == ("older-normal", False)
-    assert second.explanation["fits_when_idle"] is True
-    assert second.explanation["summary"].startswith("waiting for capacity — 0/2 nodes available: 2 not enough free devices")
-    assert REASON_DEVICES in second.explanation["summary"]
-    assert second.explanation["reasons"] == {REASON_DEVICES: 2}
+    assert second.explanation.to_dict()["fits_when_idle"] is True
+    # It holds a reservation on the node that frees first; no end is known, so no start is promised.
+    assert second.explanation.reason == "holds_reservation"
+    summary = second.explanation.to_dict()["summary"]
+    assert summary.startswith("waiting for capacity, holding a reservation on 1 node(s) from unknown — 0/2 nodes available: 2 not enough")
+    assert second.explanation.summary.endswith("; no start within the forecast horizon (first 200 queued tasks, known runtimes only)")
+    assert REASON_DEVICES in second.explanation.to_dict()["summary"]
+    assert second.explanation.to_dict()["reasons"] == {REASON_DEVICES: 2}
     assert [d.task_id for d in result.admitted] == ["newer-high"]
 
 
@@ -88,7 +92,7 @@ def test_admitted_tasks_consume_capacity_within_the_cycle() -> None:
     a, b = (d.assignment.placements[0] for d in result.admitted)
     assert a.node == b.node == "g0"
     assert set(a.device_indices).isdisjoint(b.device_indices)
-    assert result.decisions[2].explanation["fits_when_idle"] is True
+    assert result.decisions[2].explanation.to_dict()["fits_when_idle"] is True
 
 
 def test_task_that_cannot_fit_even_on_idle_capacity() -> None:
@@ -96,17 +100,17 @@ def test_task_that_cannot_fit_even_on_idle_capacity() -> None:
     result = run_cycle(_two_h100_nodes(used_on_g1=0), queue, CHECK, T0)
     [decision] = result.decisions
     assert not decision.admit
-    assert decision.explanation["fits_when_idle"] is False
-    assert decision.explanation["summary"] == f"cannot run anywhere, even on idle capacity — 0/2 nodes available: 2 {REASON_DEVICES_TOTAL}"
-    assert decision.explanation["attempts"][0]["outcome"] == "no-fit"
+    assert decision.explanation.to_dict()["fits_when_idle"] is False
+    assert decision.explanation.to_dict()["summary"] == f"cannot run anywhere, even on idle capacity — 0/2 nodes available: 2 {REASON_DEVICES_TOTAL}"
+    assert decision.explanation.to_dict()["attempts"][0]["outcome"] == "no-fit"
 
 
 def test_gang_too_big_for_the_cluster_cannot_run_anywhere() -> None:
     queue = [_q("gang", 0, devices={"class": "gpu", "count": 8}, workers=3)]
     [decision] = run_cycle(_two_h100_nodes(used_on_g1=0), queue, CHECK, T0).decisions
     assert not decision.admit
-    assert decision.explanation["fits_when_idle"] is False
-    assert "not enough nodes for all workers at once (gang)" in decision.explanation["summary"]
+    assert decision.explanation.to_dict()["fits_when_idle"] is False
+    assert "not enough nodes for all workers at once (gang)" in decision.explanation.to_dict()["summary"]
 
 
 def test_run_cycle_does_not_mutate_the_input_snapshot() -> None:

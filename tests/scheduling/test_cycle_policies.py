@@ -193,11 +193,11 @@ def test_fifo_head_that_does_not_fit_blocks_its_queue() -> None:
     result = run_cycle(snap, _fifo_queue("strict"), CHECK, T0, running=running, queues=queues)
     decisions = _by_id(result)
     assert not decisions["head"].admit
-    assert decisions["head"].explanation["fits_when_idle"] is True
+    assert decisions["head"].explanation.to_dict()["fits_when_idle"] is True
     small = decisions["small"]
     assert not small.admit
     assert small.queue == "strict"
-    assert small.explanation["summary"] == "waiting behind the head of fifo queue strict"
+    assert small.explanation.to_dict()["summary"] == "waiting behind the head of fifo queue strict"
 
 
 def test_priority_fairshare_queue_lets_smaller_tasks_through() -> None:
@@ -237,7 +237,7 @@ def test_fifo_head_that_can_never_fit_does_not_block() -> None:
     ]
     decisions = _by_id(run_cycle(snap, queue, CHECK, T0, queues=queues))
     assert not decisions["impossible"].admit
-    assert decisions["impossible"].explanation["fits_when_idle"] is False
+    assert decisions["impossible"].explanation.to_dict()["fits_when_idle"] is False
     assert decisions["small"].admit
 
 
@@ -272,7 +272,7 @@ def test_queue_pools_keep_tasks_off_other_pools(allowed: str) -> None:
     assert not decision.admit
     assert decision.assignment.placements == []
     assert decision.assignment.reasons[REASON_QUEUE_POOLS] == 2  # the two a100 nodes
-    assert "pool not available to the task's queue" in decision.explanation["summary"]
+    assert "pool not available to the task's queue" in decision.explanation.to_dict()["summary"]
 
 
 def test_queue_pools_place_on_the_allowed_pool() -> None:
@@ -318,13 +318,13 @@ def test_blocked_gang_gets_a_reservation() -> None:
     result = run_cycle(snap, [_gang()], CHECK, T0, running=running)
     decision = result.decisions[0]
     assert not decision.admit
-    assert decision.explanation["fits_when_idle"] is True
+    assert decision.explanation.to_dict()["fits_when_idle"] is True
     assert len(result.reservations) == 1
     held = result.reservations[0]
     assert held.task_id == "gang"
     assert held.nodes == frozenset({"g0", "g1"})
     assert held.start_at == T0 + timedelta(hours=3)  # both running tasks must end
-    assert decision.explanation["reservation"] == {"nodes": ["g0", "g1"], "start_at": (T0 + timedelta(hours=3)).isoformat()}
+    assert decision.explanation.to_dict()["reservation"] == {"nodes": ["g0", "g1"], "start_at": (T0 + timedelta(hours=3)).isoformat()}
 
 
 def test_small_task_without_estimate_stays_off_reserved_nodes() -> None:
@@ -370,7 +370,7 @@ def test_reservation_holds_against_tasks_of_other_queues() -> None:
         _q("small", 5, queue="small", priority="low", devices=_gpus(1, models=[H100])),
     ]
     decisions = _by_id(run_cycle(snap, queue, CHECK, T0, running=running, queues=queues))
-    assert "reservation" in decisions["gang"].explanation
+    assert "reservation" in decisions["gang"].explanation.facts
     assert not decisions["small"].admit
 
 
@@ -393,7 +393,7 @@ def test_reservation_without_known_ends_admits_no_backfill() -> None:
     queue = [_gang(), _q("short", 5, devices=_gpus(1, models=[H100]), runtime_estimate="1m")]
     result = run_cycle(snap, queue, CHECK, T0, running=running)
     assert result.reservations[0].start_at is None
-    assert _by_id(result)["gang"].explanation["reservation"]["start_at"] is None
+    assert _by_id(result)["gang"].explanation.to_dict()["reservation"]["start_at"] is None
     assert not _by_id(result)["short"].admit
 
 
@@ -413,8 +413,8 @@ def test_high_priority_preempts_lower_priority_running_task() -> None:
     decision = run_cycle(_one_node(running), [_high()], CHECK, T0, running=running).decisions[0]
     assert decision.victims == ["victim"]
     assert decision.admit is False
-    assert decision.explanation["summary"].startswith("preempting")
-    assert decision.explanation["preempting"] == ["victim"]
+    assert decision.explanation.to_dict()["summary"].startswith("preempting")
+    assert decision.explanation.to_dict()["preempting"] == ["victim"]
     assert decision.preemption_reason.startswith("preempted by urgent (priority high)")
 
 
@@ -444,7 +444,7 @@ def test_class_policy_can_disable_preemption() -> None:
     decision = run_cycle(_one_node(running), [_high()], CHECK, T0, running=running, policy=policy).decisions[0]
     assert decision.victims == []
     assert not decision.admit
-    assert not decision.explanation["summary"].startswith("preempting")
+    assert not decision.explanation.to_dict()["summary"].startswith("preempting")
 
 
 def test_preemption_disabled_for_another_class_still_preempts_gpus() -> None:
@@ -509,9 +509,9 @@ def test_waits_for_the_preferred_device_when_that_finishes_earlier() -> None:
     snap, running = _fast_slow_estate(timedelta(minutes=10))
     decision = run_cycle(snap, [_ordered()], CHECK, T0, running=running).decisions[0]
     assert decision.admit is False
-    assert decision.explanation["summary"].startswith("waiting for preferred")
-    assert H100 in decision.explanation["summary"]
-    assert decision.explanation["substitute_rejected"]["model"] == T4
+    assert decision.explanation.to_dict()["summary"].startswith("waiting for preferred")
+    assert H100 in decision.explanation.to_dict()["summary"]
+    assert decision.explanation.to_dict()["substitute_rejected"]["model"] == T4
     assert decision.victims == []
 
 
@@ -558,7 +558,7 @@ def test_waiting_decisions_get_position_and_estimated_start() -> None:
     snap, running = _estimate_estate()
     queue = [_q("first", 0, devices=_gpus(8), runtime_estimate="2h"), _q("second", 5, devices=_gpus(4, models=[H100]))]
     decisions = _by_id(run_cycle(snap, queue, CHECK, T0, running=running))
-    first, second = decisions["first"].explanation, decisions["second"].explanation
+    first, second = decisions["first"].explanation.to_dict(), decisions["second"].explanation.to_dict()
     assert (first["position"], second["position"]) == (1, 2)
     assert first["estimated_start"] == (T0 + timedelta(hours=1)).isoformat()
     assert first["estimated_wait_s"] == pytest.approx(3600)
@@ -571,16 +571,16 @@ def test_position_follows_hand_out_order_not_list_order() -> None:
     snap, running = _estimate_estate()
     queue = [_q("normal", 0, devices=_gpus(8)), _q("high", 30, priority="high", devices=_gpus(8))]
     decisions = _by_id(run_cycle(snap, queue, CHECK, T0, running=running))
-    assert decisions["high"].explanation["position"] == 1
-    assert decisions["normal"].explanation["position"] == 2
-    assert decisions["high"].explanation["estimated_start"] == (T0 + timedelta(hours=1)).isoformat()
+    assert decisions["high"].explanation.to_dict()["position"] == 1
+    assert decisions["normal"].explanation.to_dict()["position"] == 2
+    assert decisions["high"].explanation.to_dict()["estimated_start"] == (T0 + timedelta(hours=1)).isoformat()
 
 
 def test_tasks_of_one_shape_keep_their_own_positions() -> None:
     snap, running = _estimate_estate()
     queue = [_q(f"w{i}", i, devices=_gpus(8)) for i in range(4)]
     decisions = _by_id(run_cycle(snap, queue, CHECK, T0, running=running))
-    assert [decisions[f"w{i}"].explanation["position"] for i in range(4)] == [1, 2, 3, 4]
+    assert [decisions[f"w{i}"].explanation.to_dict()["position"] for i in range(4)] == [1, 2, 3, 4]
 
 
 def test_estimates_account_for_tasks_admitted_in_the_same_cycle() -> None:
@@ -588,7 +588,7 @@ def test_estimates_account_for_tasks_admitted_in_the_same_cycle() -> None:
     queue = [_q("admitted", 0, devices=_gpus(8)), _q("waiting", 5, devices=_gpus(8))]
     decisions = _by_id(run_cycle(snap, queue, CHECK, T0))
     assert decisions["admitted"].admit
-    waiting = decisions["waiting"].explanation
+    waiting = decisions["waiting"].explanation.to_dict()
     assert not decisions["waiting"].admit
     # The admitted task has no runtime estimate, so the start cannot be known: not "now".
     assert waiting["estimated_start"] != T0.isoformat()
@@ -597,33 +597,33 @@ def test_estimates_account_for_tasks_admitted_in_the_same_cycle() -> None:
 def test_estimates_can_be_switched_off() -> None:
     snap, running = _estimate_estate()
     decision = run_cycle(snap, [_q("w", 0, devices=_gpus(8))], CHECK, T0, running=running, estimate=False).decisions[0]
-    assert "position" not in decision.explanation
-    assert "estimated_start" not in decision.explanation
+    assert "position" not in decision.explanation.facts
+    assert "estimated_start" not in decision.explanation.facts
 
 
 def test_unknown_end_gives_no_estimated_start() -> None:
     running = [running_task("r", [alloc("g0", "h100", range(8))], expected_end=None, preemptible=False)]
     snap = _h100_nodes(["g0"], running)
     decision = run_cycle(snap, [_q("w", 0, devices=_gpus(8))], CHECK, T0, running=running).decisions[0]
-    assert decision.explanation["position"] == 1
-    assert decision.explanation["estimated_start"] is None
+    assert decision.explanation.to_dict()["position"] == 1
+    assert decision.explanation.to_dict()["estimated_start"] is None
 
 
 def test_waiting_summary_counts_nodes_per_reason() -> None:
     running = [running_task(f"r{i}", [alloc(f"g{i}", "h100", range(8))], preemptible=False) for i in range(2)]
     snap = _h100_nodes(["g0", "g1", "g2"], running, unhealthy_nodes={"g2"})
     decision = run_cycle(snap, [_q("w", 0, devices=_gpus(8))], CHECK, T0, running=running).decisions[0]
-    summary = decision.explanation["summary"]
-    assert summary.startswith("waiting for capacity — ")
-    assert summary.endswith(f"0/3 nodes available: 2 {REASON_DEVICES}, 1 {REASON_UNHEALTHY}")
-    assert decision.explanation["reasons"] == {REASON_DEVICES: 2, REASON_UNHEALTHY: 1}
+    summary = decision.explanation.to_dict()["summary"]
+    assert summary.startswith("waiting for capacity, holding a reservation on 1 node(s) from unknown — ")
+    assert f"0/3 nodes available: 2 {REASON_DEVICES}, 1 {REASON_UNHEALTHY};" in summary
+    assert decision.explanation.to_dict()["reasons"] == {REASON_DEVICES: 2, REASON_UNHEALTHY: 1}
 
 
 def test_impossible_summary_says_so() -> None:
     snap = _h100_nodes(["g0"])
     decision = run_cycle(snap, [_q("w", 0, workers=3, devices=_gpus(8))], CHECK, T0).decisions[0]
-    assert decision.explanation["summary"].startswith("cannot run anywhere, even on idle capacity — 0/1 nodes available: ")
-    assert decision.explanation["fits_when_idle"] is False
+    assert decision.explanation.to_dict()["summary"].startswith("cannot run anywhere, even on idle capacity — 0/1 nodes available: ")
+    assert decision.explanation.to_dict()["fits_when_idle"] is False
 
 
 def test_backfill_switched_off_for_a_class_keeps_everything_behind_its_blocked_head() -> None:
@@ -636,7 +636,7 @@ def test_backfill_switched_off_for_a_class_keeps_everything_behind_its_blocked_h
     off_policy = SchedulingPolicySpec(classes={"gpu": ClassRule(backfill=False)})
     off = _by_id(run_cycle(snap, queue, CHECK, T0, running=running, policy=off_policy))
     assert not off["small"].admit
-    assert off["small"].explanation["summary"] == "waiting behind gang: backfill is off for gpu pools"
+    assert off["small"].explanation.to_dict()["summary"] == "waiting behind gang: backfill is off for gpu pools"
 
 
 def test_a_preemptor_waits_for_victims_already_stopping_instead_of_evicting_more() -> None:
@@ -648,7 +648,8 @@ def test_a_preemptor_waits_for_victims_already_stopping_instead_of_evicting_more
     snap = _h100_nodes(["g0", "g1"], running)
     decision = run_cycle(snap, [_high()], CHECK, T0, running=running).decisions[0]
     assert decision.victims == []  # "other" keeps running
-    assert decision.explanation["summary"] == "waiting for 1 preempted task(s) to release their devices"
+    assert decision.explanation.reason == "waiting_for_release"
+    assert decision.explanation.summary.startswith("waiting for 1 preempted task(s) to release their devices; no start within")
 
 
 def test_victims_on_a_class_without_preemption_are_spared() -> None:
@@ -670,7 +671,7 @@ def test_reserved_nodes_are_reported_as_held_not_excluded() -> None:
     snap, running = _backfill_estate()
     queue = [_gang(), _q("small", 5, devices=_gpus(1, models=[H100]))]
     decisions = _by_id(run_cycle(snap, queue, CHECK, T0, running=running))
-    reasons = decisions["small"].explanation["reasons"]
+    reasons = decisions["small"].explanation.to_dict()["reasons"]
     assert reasons.get("node held for a blocked queue head") == 2
     assert "node excluded by the task" not in reasons
 
@@ -685,8 +686,8 @@ def test_tasks_do_not_all_bank_on_the_same_preferred_device() -> None:
     first = _q("job", 0, devices=_gpus(8), fallback=[H100, T4], **hints)
     second = _q("job2", 1, devices=_gpus(8), fallback=[H100, T4], **hints)
     decisions = _by_id(run_cycle(snap, [first, second], CHECK, T0, running=running))
-    assert decisions["job"].explanation["summary"].startswith("waiting for preferred")
+    assert decisions["job"].explanation.to_dict()["summary"].startswith("waiting for preferred")
     assert decisions["job2"].admit and {p.model for p in decisions["job2"].assignment.placements} == {T4}
     # Alone, the second job would have waited for the H100 too.
     alone = run_cycle(snap, [second], CHECK, T0, running=running).decisions[0]
-    assert alone.explanation["summary"].startswith("waiting for preferred")
+    assert alone.explanation.to_dict()["summary"].startswith("waiting for preferred")

@@ -127,8 +127,8 @@ def test_topology_in_a_cycle_waits_with_the_topology_reason() -> None:
     queue = [QueuedTask("t", _gpu_task(4, workers=2, topology={"same": "node"}), T0)]
     decision = run_cycle(snap, queue, CHECK, T0 + timedelta(minutes=1)).decisions[0]
     assert not decision.admit
-    assert decision.explanation["fits_when_idle"] is True
-    assert REASON_TOPOLOGY in decision.explanation["summary"]
+    assert decision.explanation.to_dict()["fits_when_idle"] is True
+    assert REASON_TOPOLOGY in decision.explanation.to_dict()["summary"]
 
 
 # ------------------------------------------------------------------ device islands
@@ -201,7 +201,7 @@ def test_exclude_nodes_in_a_cycle_explains_the_reason() -> None:
     queue = [QueuedTask("t", _gpu_task(1, exclude_nodes=["g0"]), T0)]
     decision = run_cycle(snap, queue, CHECK, T0).decisions[0]
     assert not decision.admit
-    assert "node excluded by the task" in decision.explanation["summary"]
+    assert "node excluded by the task" in decision.explanation.to_dict()["summary"]
 
 
 # ------------------------------------------------------------------ slices
@@ -362,4 +362,4 @@ def test_a_task_needing_broken_devices_cannot_run_anywhere() -> None:
     snap = _broken()
     decision = run_cycle(snap, [QueuedTask("t", _gpu_task(7), T0)], CHECK, T0).decisions[0]
     assert not decision.admit
-    assert decision.explanation["fits_when_idle"] is False
+    assert decision.explanation.to_dict()["fits_when_idle"] is False

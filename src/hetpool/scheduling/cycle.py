@@ -1,35 +1,66 @@
 """One scheduling cycle: a pure function from a snapshot and a queue to decisions.
 
-Recipe (after Kueue's `schedule()`): route tasks into queues → hand out heads in order
-(priority with aging, tenant fair share, age) → for each, assign on the working
-snapshot: admit and subtract its capacity; or wait for preferred devices when that ends
-earlier than a substitute; or preempt lower-priority work; or wait, holding a
-reservation so that backfill never delays it. Waiting tasks then get a queue position
-and an estimated start. Only the server's workers turn decisions into writes and calls.
+Recipe (after Kueue's `schedule()`), one phase per function:
+
+1. open — route tasks into queues and order the heads (priority with aging, tenant fair
+   share, age) over a working copy of the snapshot;
+2. nominate — per head, in order: the constraints it is assigned under (its queue's pools,
+   its class's placement, the reservations it must not delay) and its shape;
+3. gate — outcomes known without placing it: its shape already failed this cycle, backfill
+   is off behind a blocked head of its class, or it asks for more than its quota could
+   ever give (`exceeds_quota`);
+4. fit — assign on the working snapshot (every candidate group tried and recorded), or
+   wait for preferred devices when that ends earlier than a substitute;
+5. admit — the quota book is asked with the placement: admit (and charge), defer a
+   borrower behind the work within its quota, or leave it `over_quota`;
+6. plan preemption — a head that does not fit waits for devices already being freed, is
+   blocked by another head's reservation, or evicts lower-priority / borrowing work;
+7. reserve or block — otherwise it holds a reservation (backfill never delays it) or
+   blocks its FIFO queue;
+8. requeue — tasks behind blocked FIFO heads, then position and estimated start for every
+   waiting task (forecast.attach_estimates).
+
+Every decision carries a typed `Explanation` (explain.py). Only the server's workers turn
+decisions into writes and calls.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 import numpy as np
 
-from hetpool.core.inventory import DeviceModelSpec, TaskType
-from hetpool.core.policy import ClassRule, QueueSpec, SchedulingPolicySpec
+from hetpool.core.inventory import DeviceModelSpec
+from hetpool.core.policy import QueueSpec, SchedulingPolicySpec
 from hetpool.core.tasks import Priority, TaskSpec
 from hetpool.scheduling.assign import Assignment, assign
-from hetpool.scheduling.backfill import Reservation, may_use_reserved, prefer_waiting, release_running, reserve
-from hetpool.scheduling.estimate import runtime_on
-from hetpool.scheduling.explain import explanation
+from hetpool.scheduling.backfill import PreferredWait, Reservation, may_use_reserved, prefer_waiting, preferred_only, reserve
+from hetpool.scheduling.cycle_preempt import fits_after_release, plan_preemption
+from hetpool.scheduling.cycle_state import (
+    Blame,
+    Candidate,
+    CycleInputs,
+    CycleState,
+    as_running,
+    fair_share,
+    held_by,
+    index_by_pool,
+    release,
+    shape_key,
+    take,
+    units,
+)
+from hetpool.scheduling.explain import Explanation, Reason, from_assignment
 from hetpool.scheduling.filters import CompatCheck, memoized
-from hetpool.scheduling.forecast import attach_estimates, end_after
-from hetpool.scheduling.preempt import find_victims
-from hetpool.scheduling.queueing import FairShare, QueueOrder, effective_rank, route, tenant_weight
-from hetpool.scheduling.quota_view import Held
-from hetpool.scheduling.running import RunningTask
-from hetpool.scheduling.snapshot import Allocation, Snapshot
+from hetpool.scheduling.forecast import attach_estimates
+from hetpool.scheduling.queueing import QueueOrder, effective_rank, route
+from hetpool.scheduling.quota_view import QuotaLedger
+from hetpool.scheduling.running import RunningTask, revise_overruns
+from hetpool.scheduling.snapshot import Snapshot
+
+__all__ = ["CycleResult", "Decision", "QueuedTask", "held_by", "run_cycle", "shape_key"]
 
 DEFAULT_POLICY = SchedulingPolicySpec()
 
@@ -40,6 +71,7 @@ class QueuedTask:
     spec: TaskSpec
     queued_at: datetime
     quota_exempt: bool = False  # admitted over quota by approval (counted as borrowing)
+    preferred_wait: PreferredWait | None = None  # the promise it was given when it chose to wait for its preferred model
 
 
 @dataclass
@@ -47,7 +79,7 @@ class Decision:
     task_id: str
     admit: bool
     assignment: Assignment
-    explanation: dict = field(default_factory=dict)
+    explanation: Explanation
     queue: str = "default"
     victims: list[str] = field(default_factory=list)  # running tasks to evict for this task
     preemption_reason: str = ""
@@ -66,42 +98,13 @@ class CycleResult:
         return [d for d in self.decisions if d.admit]
 
 
-def shape_key(spec: TaskSpec, queue: QueueSpec, tenant_matters: bool) -> str:
-    """What decides where a task can go. Capacity only shrinks within a cycle, so once a
-    shape fails, every later task of the same shape fails too — and is skipped cheaply.
-    The tenant counts only where pools are reserved for tenants."""
-    return f"{queue.name}|{spec.tenant if tenant_matters else ''}|{spec.placement_shape}"
-
-
-def _fair_share(snapshot: Snapshot, running: list[RunningTask], weights: dict[str, float]) -> FairShare:
-    perf = snapshot.row_perf(TaskType.GENERAL)
-    accel_rows = ~snapshot.row_is_cpu
-    totals = (float((snapshot.device_totals() * perf)[accel_rows].sum()), float(snapshot.total_cpu.sum()), float(snapshot.total_mem.sum()))
-    fair = FairShare(totals, tenant_weight(weights))
-    for task in running:
-        for a in task.allocations:
-            fair.add(task.tenant, _units(snapshot, a.pool, len(a.device_indices) * a.device_fraction), a.cpu, a.memory_gb)
-    return fair
-
-
-def _units(snapshot: Snapshot, pool: str, devices: float) -> float:
-    """Devices in reference-device units (an H800 counts for more than a T4)."""
-    return devices * snapshot.unit_factors.get(pool, 0.0)
-
-
-@dataclass
-class _Blame:
-    """The task being evaluated, so that an error can be pinned on it (None: on no task)."""
-
-    task_id: str | None = None
-
-
-REASON_SET_ASIDE = "set aside"
+REASON_SET_ASIDE = "set aside"  # kept as a filter count for readers of `reasons`
 REASON_QUOTA = "quota exceeded"
 # At most this many re-runs per cycle: an error that every task hits (a fault of shared
 # data, not of one task) would otherwise cost one full cycle per queued task. Past it, the
 # cycle returns only the tasks set aside so far; the next pass goes on from there.
 MAX_SET_ASIDE = 16
+NO_PLACEMENT = Assignment(False, [], False, [])
 
 
 def run_cycle(snapshot: Snapshot, queue: list[QueuedTask], compat_check: CompatCheck, now: datetime, **options) -> CycleResult:
@@ -113,12 +116,12 @@ def run_cycle(snapshot: Snapshot, queue: list[QueuedTask], compat_check: CompatC
     into a failure with that reason. An error that no single task can be blamed for
     propagates. Nothing is paid when no task raises."""
     started = time.perf_counter()
-    quota = options.get("quota")
-    saved = (dict(quota.used), dict(quota.charged)) if quota else None
+    quota: QuotaLedger | None = options.get("quota")
+    saved = quota.saved() if quota else None
     aside: dict[str, str] = {}
     result = CycleResult(decisions=[], duration_s=0.0)
     while len(aside) < MAX_SET_ASIDE:
-        blame = _Blame()
+        blame = Blame()
         try:
             result = _run_cycle(snapshot, [q for q in queue if q.id not in aside], compat_check, now, blame=blame, **options)
             break
@@ -126,87 +129,13 @@ def run_cycle(snapshot: Snapshot, queue: list[QueuedTask], compat_check: CompatC
             if blame.task_id is None or blame.task_id in aside:
                 raise
             aside[blame.task_id] = f"{type(exc).__name__}: {exc}"[:500]
-            if saved is not None:
-                quota.used, quota.charged = dict(saved[0]), dict(saved[1])
+            if quota:
+                quota.restore(saved)
     for task_id, error in aside.items():
-        info = {
-            "summary": f"set aside: evaluating this task raised {error}; the others were scheduled without it",
-            "fits_when_idle": False,
-            "reasons": {REASON_SET_ASIDE: 1},
-            "attempts": [],
-        }
-        result.decisions.append(Decision(task_id, False, Assignment(False, [], False, []), info, set_aside=error))
+        info = Explanation(Reason.SET_ASIDE, False, {REASON_SET_ASIDE: 1}, [], {"error": error})
+        result.decisions.append(Decision(task_id, False, NO_PLACEMENT, info, set_aside=error))
     result.duration_s = time.perf_counter() - started
     return result
-
-
-@dataclass
-class CycleInputs:
-    """What one cycle reads and never changes (besides `quota`, the book it charges)."""
-
-    snapshot: Snapshot
-    compat_check: CompatCheck  # memoised on the snapshot
-    now: datetime
-    policy: SchedulingPolicySpec
-    models: dict[str, DeviceModelSpec]
-    running: list[RunningTask]
-    quota: object | None  # a governance.quota.QuotaBook; None: no quotas
-    blame: _Blame
-
-
-@dataclass
-class CycleState:
-    """The working state of one cycle, changed as each head is decided."""
-
-    working: Snapshot  # capacity left after this cycle's admissions
-    fair: FairShare
-    order: QueueOrder
-    tenant_matters: bool  # pools reserved for tenants: the tenant is part of a task's shape
-    releasing: list[RunningTask]  # preempted earlier, still giving their devices back
-    lowest_preemptible: int  # cheap guard before scanning running work for victims on every waiting task
-    failed_shapes: dict[str, Decision] = field(default_factory=dict)
-    idle_fits: dict[str, bool] = field(default_factory=dict)  # per shape: fits the idle estate
-    reservations: dict[str, Reservation] = field(default_factory=dict)  # per queue: its blocked head's reservation
-    reserved_masks: dict[str, np.ndarray] = field(default_factory=dict)  # per reserving task: its nodes
-    evicting: set[str] = field(default_factory=set)
-    decisions: list[Decision] = field(default_factory=list)
-    waiting: list[QueuedTask] = field(default_factory=list)
-    # Work admitted earlier in this cycle, as running work with its expected end, so that
-    # reservation start times and wait-for-preferred count on it ending (the latter also
-    # counts the work already waiting for the same devices: see backfill.prefer_waiting).
-    admitted_now: list[RunningTask] = field(default_factory=list)
-    may_use: dict[tuple, bool] = field(default_factory=dict)
-    banked: dict[str, float] = field(default_factory=dict)  # device-seconds waiting for each preferred model (see backfill.prefer_waiting)
-    by_pool: dict[str, list[RunningTask]] = field(default_factory=dict)  # running work (and this cycle's admissions) per pool
-    borrowers: list[tuple[QueueSpec, QueuedTask]] = field(default_factory=list)
-    deferring_done: bool = False  # every non-borrowing head has been decided
-    idle_snapshot: Snapshot | None = None
-
-    def idle(self, snapshot: Snapshot) -> Snapshot:
-        if self.idle_snapshot is None:
-            self.idle_snapshot = snapshot.emptied()
-        return self.idle_snapshot
-
-    def wait(self, item: QueuedTask, decision: Decision) -> None:
-        self.decisions.append(decision)
-        self.waiting.append(item)
-
-
-@dataclass
-class Candidate:
-    """One head under evaluation, with the constraints it is assigned under."""
-
-    queue: QueueSpec
-    item: QueuedTask
-    rule: ClassRule  # the policy for the task's device class
-    kwargs: dict  # assign() constraints: the queue's pools and the class's placement
-    blocking: list[Reservation]  # reservations the task may not use: it must not delay them
-    shape: str  # see shape_key, plus the reservations it is blocked by
-    target_kwargs: dict = field(default_factory=dict)  # kwargs plus the nodes `blocking` holds (set by _constrain)
-
-    @property
-    def spec(self) -> TaskSpec:
-        return self.item.spec
 
 
 def _run_cycle(
@@ -221,40 +150,52 @@ def _run_cycle(
     tenant_weights: dict[str, float] | None = None,
     models: dict[str, DeviceModelSpec] | None = None,
     estimate: bool = True,
-    quota=None,
-    blame: _Blame | None = None,
+    quota: QuotaLedger | None = None,
+    blame: Blame | None = None,
 ) -> CycleResult:
-    """One scheduling cycle. `quota` (a governance.quota.QuotaBook, already charged with the
-    running work) is asked before each admission; None: no quotas. `blame` is kept naming
-    the task under evaluation (see run_cycle).
-
-    Phases: open (queue order over the snapshot) → per head: nominate (constraints, known
-    outcomes) → assign (or wait for preferred devices) → quota gate → admit, or else
-    preempt / reserve → the rest behind blocked FIFO heads → estimates for the waiting."""
+    """One scheduling cycle. `quota` (already charged with the running work) is asked before
+    each admission; None: no quotas. `blame` is kept naming the task under evaluation."""
     started = time.perf_counter()
-    blame = blame or _Blame()
+    blame = blame or Blame()
     policy = policy or DEFAULT_POLICY
     # Kept on the snapshot (shared by its copies): the server and the simulator keep one
     # snapshot across cycles, so verdicts are computed once per pool and request.
     compat_check = memoized(compat_check, snapshot.compat_cache)
     models = models or {p.model.name: p.model for p in snapshot.pools}
-    cx = CycleInputs(snapshot, compat_check, now, policy, models, list(running), quota, blame)
-    st = _open_cycle(cx, queue, list(queues), tenant_weights or {})
-    for q, item in _heads(st, blame):
+    # Running work past its expected end is revised once, here: every phase reads the same ends.
+    cx = CycleInputs(snapshot, compat_check, now, policy, models, revise_overruns(list(running), now), quota, blame)
+    st = open_cycle(cx, queue, list(queues), tenant_weights or {})
+    for q, item in heads(st, blame):
         blame.task_id = item.id
-        _decide(cx, st, q, item)
+        decide(cx, st, q, item)
     blame.task_id = None
-    _wait_behind_fifo_heads(st)
-    if estimate and st.waiting and policy.estimate_horizon:
-        attach_estimates(snapshot, st.working, st.waiting, cx.running, st.decisions, compat_check, now, models, policy.estimate_horizon, blame)
+    requeue(cx, st, estimate)
     return CycleResult(decisions=st.decisions, duration_s=time.perf_counter() - started, reservations=list(st.reservations.values()))
 
 
-def _open_cycle(cx: CycleInputs, queue: list[QueuedTask], queues: list[QueueSpec], tenant_weights: dict[str, float]) -> CycleState:
+def decide(cx: CycleInputs, st: CycleState, q: QueueSpec, item: QueuedTask) -> None:
+    """One head through the phases: nominate → gate → fit → admit, or wait (preempt / reserve)."""
+    cand = nominate(cx, st, q, item)
+    known = gate(cx, st, cand)
+    if known is not None:
+        st.wait(item, known)
+        return
+    result = fit(cx, st, cand)
+    if result is None:
+        return  # waits for its preferred devices (recorded)
+    if result.feasible:
+        admit_within_quota(cx, st, cand, result)
+    else:
+        leave_waiting(cx, st, cand, result)
+
+
+# ----------------------------------------------------------------- 1. open
+
+
+def open_cycle(cx: CycleInputs, queue: list[QueuedTask], queues: list[QueueSpec], tenant_weights: dict[str, float]) -> CycleState:
     """Route every task to its queue and order the heads (priority with aging, fair share, age)."""
     snapshot, running, blame, policy, now = cx.snapshot, cx.running, cx.blame, cx.policy, cx.now
-    working = snapshot.copy()
-    fair = _fair_share(snapshot, running, tenant_weights)
+    fair = fair_share(snapshot, running, tenant_weights)
     routed = {}
     for item in queue:
         blame.task_id = item.id
@@ -268,7 +209,7 @@ def _open_cycle(cx: CycleInputs, queue: list[QueuedTask], queues: list[QueueSpec
         fair=fair,
     )
     st = CycleState(
-        working=working,
+        working=snapshot.copy(),
         fair=fair,
         order=order,
         tenant_matters=any(p.spec.reserved_for is not None for p in snapshot.pools),
@@ -276,11 +217,11 @@ def _open_cycle(cx: CycleInputs, queue: list[QueuedTask], queues: list[QueueSpec
         lowest_preemptible=min((r.priority_rank for r in running if r.preemptible), default=Priority.CRITICAL.rank + 1),
     )
     for r in running:
-        _index(st.by_pool, r)
+        index_by_pool(st.by_pool, r)
     return st
 
 
-def _heads(st: CycleState, blame: _Blame):
+def heads(st: CycleState, blame: Blame):
     """Heads in queue order, then the borrowers deferred behind them."""
     while True:
         blame.task_id = None  # choosing the next head is no one task's evaluation
@@ -291,25 +232,10 @@ def _heads(st: CycleState, blame: _Blame):
     yield from st.borrowers
 
 
-def _decide(cx: CycleInputs, st: CycleState, q: QueueSpec, item: QueuedTask) -> None:
-    """Decide one head: admit it, defer it (a borrower), or leave it waiting with its reasons."""
-    cand = _nominate(cx, st, q, item)
-    known = _known_outcome(st, cand)
-    if known is not None:
-        st.wait(item, known)
-        return
-    _constrain(st, cand)
-    result = _assign_or_wait_for_preferred(cx, st, cand)
-    if result is None:
-        return
-    if result.feasible:
-        if _passes_quota(cx, st, cand, result):
-            _admit(cx, st, cand, result)
-        return
-    _leave_waiting(cx, st, cand, result)
+# ----------------------------------------------------------------- 2. nominate
 
 
-def _nominate(cx: CycleInputs, st: CycleState, q: QueueSpec, item: QueuedTask) -> Candidate:
+def nominate(cx: CycleInputs, st: CycleState, q: QueueSpec, item: QueuedTask) -> Candidate:
     """The constraints a head is assigned under, and its shape for reusing verdicts."""
     spec = item.spec
     demand = spec.per_worker.devices
@@ -320,15 +246,12 @@ def _nominate(cx: CycleInputs, st: CycleState, q: QueueSpec, item: QueuedTask) -
     blocking = [r for r in st.reservations.values() if not _may_use(cx, st, spec, r)]
     # The same shape under the same reservation fails the same way: reuse the verdict.
     shape = shape_key(spec, q, st.tenant_matters) + "|" + ",".join(r.task_id for r in blocking)
-    return Candidate(q, item, rule, kwargs, blocking, shape)
-
-
-def _constrain(st: CycleState, cand: Candidate) -> None:
-    """Keep the task off the nodes that reservations it must not delay hold."""
-    cand.target_kwargs = cand.kwargs
-    if cand.blocking:
-        masks = [st.reserved_masks[r.task_id] for r in cand.blocking]
-        cand.target_kwargs = {**cand.kwargs, "reserved_nodes": np.logical_or.reduce(masks)}
+    cand = Candidate(q, item, rule, kwargs, blocking, shape, target_kwargs=kwargs)
+    if blocking:
+        # Keep the task off the nodes that reservations it must not delay hold.
+        masks = [st.reserved_masks[r.task_id] for r in blocking]
+        cand.target_kwargs = {**kwargs, "reserved_nodes": np.logical_or.reduce(masks)}
+    return cand
 
 
 def _may_use(cx: CycleInputs, st: CycleState, spec: TaskSpec, reservation: Reservation) -> bool:
@@ -339,245 +262,187 @@ def _may_use(cx: CycleInputs, st: CycleState, spec: TaskSpec, reservation: Reser
     return st.may_use[key]
 
 
-def _known_outcome(st: CycleState, cand: Candidate) -> Decision | None:
-    """A wait decided without assigning: the shape already failed, or backfill is off."""
+# ----------------------------------------------------------------- 3. gate
+
+
+def gate(cx: CycleInputs, st: CycleState, cand: Candidate) -> Decision | None:
+    """A wait decided without placing the task: its shape already failed, backfill is off
+    behind a blocked head of its class, or its quota could never admit it."""
     item, q = cand.item, cand.queue
+    ceiling = _quota_ceiling(cx, st, cand)  # first: a verdict cached for the shape may be another tenant's
+    if ceiling is not None:
+        # Never admitted as it stands, whatever finishes: no reservation, no preemption, no ETA.
+        idle = st.idle_results[cand.shape]
+        info = Explanation(Reason.EXCEEDS_QUOTA, True, {REASON_QUOTA: 1}, [a.to_dict() for a in idle.attempts], ceiling.to_dict())
+        return Decision(item.id, False, NO_PLACEMENT, info, q.name)
     cached = st.failed_shapes.get(cand.shape)
     if cached is not None:
-        return Decision(item.id, False, cached.assignment, dict(cached.explanation), q.name)
+        copied = replace(cached.explanation, facts=dict(cached.explanation.facts), filter_counts=dict(cached.explanation.filter_counts))
+        return Decision(item.id, False, cached.assignment, copied, q.name)
     demand = cand.spec.per_worker.devices
     device_class = demand.device_class.value if demand else None
     held_for_class = [r for r in st.reservations.values() if r.device_class == device_class]
     if held_for_class and not cand.rule.backfill:
         # Backfill is off for this device class: nothing jumps a blocked head of its class.
-        info = {
-            "summary": f"waiting behind {held_for_class[0].task_id}: backfill is off for {device_class or 'cpu'} pools",
-            "fits_when_idle": True,
-            "reasons": {},
-            "attempts": [],
-        }
-        return Decision(item.id, False, Assignment(False, [], False, []), info, q.name)
+        facts = {"blocking_task": held_for_class[0].task_id, "device_class": device_class or "cpu"}
+        return Decision(item.id, False, NO_PLACEMENT, Explanation(Reason.BACKFILL_OFF, True, facts=facts), q.name)
     return None
 
 
-def _assign_or_wait_for_preferred(cx: CycleInputs, st: CycleState, cand: Candidate) -> Assignment | None:
+def _idle_result(cx: CycleInputs, st: CycleState, cand: Candidate) -> Assignment:
+    """Where the task would go were everything idle (per shape, once per cycle)."""
+    if cand.shape not in st.idle_results:
+        st.idle_results[cand.shape] = assign(st.idle(cx.snapshot), cand.spec, cx.compat_check, **cand.kwargs)
+    return st.idle_results[cand.shape]
+
+
+def _quota_ceiling(cx: CycleInputs, st: CycleState, cand: Candidate):
+    """The quota the task could never be admitted under (None: it could be, or no quotas)."""
+    if not cx.quota or cand.item.quota_exempt:
+        return None
+    idle = _idle_result(cx, st, cand)
+    return cx.quota.ceiling(cand.spec, held_by(idle)) if idle.feasible else None
+
+
+# ----------------------------------------------------------------- 4. fit
+
+
+def fit(cx: CycleInputs, st: CycleState, cand: Candidate) -> Assignment | None:
     """Assign on the working snapshot (a placement stays taken there); None: the task
     chose to wait for its preferred devices instead (recorded)."""
     spec, working = cand.spec, st.working
     result = assign(working, spec, cx.compat_check, commit=True, **cand.target_kwargs)
     if result.feasible and result.fallback_used and cx.policy.wait_for_preferred and spec.ordered and spec.runtime_estimate_s:
-        _release(working, spec, result)
-        waited = prefer_waiting(working, spec, result, st.by_pool, cx.compat_check, cx.now, cx.models, cand.target_kwargs, st.banked)
+        release(working, result)
+        promise = cand.item.preferred_wait
+        waited = prefer_waiting(working, spec, result, st.by_pool, cx.compat_check, cx.now, cx.models, cand.target_kwargs, st.banked, promise)
         if waited is None:
-            _take(working, spec, result)
+            take(working, result)
         else:
-            st.wait(cand.item, Decision(cand.item.id, False, result, waited.to_dict(), cand.queue.name))
+            # Its estimated start is the preferred model's: that is what it waits for.
+            st.wait(replace(cand.item, spec=preferred_only(spec)), Decision(cand.item.id, False, result, waited, cand.queue.name))
             return None
     return result
 
 
-def _passes_quota(cx: CycleInputs, st: CycleState, cand: Candidate, result: Assignment) -> bool:
-    """Ask the quota book; when it says no (or "borrow, later"), give the placement back."""
+# ----------------------------------------------------------------- 5. admit (quota with the placement)
+
+
+def admit_within_quota(cx: CycleInputs, st: CycleState, cand: Candidate, result: Assignment) -> None:
+    """Admit a placed task its quota allows now; defer a borrower; else it waits over quota."""
     item, spec, quota = cand.item, cand.spec, cx.quota
-    if not quota or item.quota_exempt:
-        return True
-    verdict = quota.check(spec, held_by(result))
-    if not verdict.ok:
-        _release(st.working, spec, result)
-        info = {"summary": f"over quota: {verdict.reason}", "fits_when_idle": True, "reasons": {REASON_QUOTA: 1}, "attempts": []}
+    verdict = quota.check(spec, held_by(result)) if quota and not item.quota_exempt else None
+    if verdict is not None and not verdict.ok:
+        release(st.working, result)
+        info = Explanation(Reason.OVER_QUOTA, True, {REASON_QUOTA: 1}, facts={"quota_reason": verdict.reason})
         st.wait(item, Decision(item.id, False, result, info, cand.queue.name))
-        return False
-    if verdict.borrowing and not st.deferring_done:
+        return
+    if verdict is not None and verdict.borrowing and not st.deferring_done:
         # Work within its quota goes first (as in Kueue): a borrower is placed only
         # after every non-borrowing task of this cycle, so that a lender reclaiming
         # its quota is not overtaken by the very work it preempted.
-        _release(st.working, spec, result)
+        release(st.working, result)
         st.borrowers.append((cand.queue, item))
-        return False
-    return True
-
-
-def _admit(cx: CycleInputs, st: CycleState, cand: Candidate, result: Assignment) -> None:
-    item, spec = cand.item, cand.spec
-    if cx.quota:
-        cx.quota.charge(item.id, spec, held_by(result), exempt=item.quota_exempt)
-    st.admitted_now.append(_as_running(item.id, spec, result, cx.now, cx.models))
-    _index(st.by_pool, st.admitted_now[-1])
+        return
+    if quota:
+        quota.charge(item.id, spec, held_by(result), exempt=item.quota_exempt)
+    st.admitted_now.append(as_running(item.id, spec, result, cx.now, cx.models))
+    index_by_pool(st.by_pool, st.admitted_now[-1])
     for p in result.placements:
-        st.fair.add(spec.tenant, _units(st.working, p.pool, len(p.device_indices) * p.device_fraction), p.cpu, p.memory_gb)
-    st.decisions.append(Decision(item.id, True, result, explanation(result, True), cand.queue.name, spec=spec))
+        st.fair.add(spec.tenant, units(st.working, p.pool, len(p.device_indices) * p.device_fraction), p.cpu, p.memory_gb)
+    st.decisions.append(Decision(item.id, True, result, from_assignment(result, True), cand.queue.name, spec=spec))
 
 
-def _leave_waiting(cx: CycleInputs, st: CycleState, cand: Candidate, result: Assignment) -> None:
-    """A head that does not fit now: wait for devices already being freed, preempt, or
-    wait holding a reservation (or blocking its FIFO queue)."""
-    item, spec, shape = cand.item, cand.spec, cand.shape
-    if shape not in st.idle_fits:
-        st.idle_fits[shape] = assign(st.idle(cx.snapshot), spec, cx.compat_check, **cand.kwargs).feasible
-    fits_idle = st.idle_fits[shape]
-    info = explanation(result, fits_idle, nodes=len(cx.snapshot.node_names))
-    decision = Decision(item.id, False, result, info, cand.queue.name)
-    if fits_idle and st.releasing and _fits_after_release(st.working, spec, st.releasing, cx.compat_check, cand.target_kwargs):
+# ----------------------------------------------------------------- 6. plan preemption
+
+
+def leave_waiting(cx: CycleInputs, st: CycleState, cand: Candidate, result: Assignment) -> None:
+    """A head that does not fit now: wait for devices already being freed, stay blocked by
+    another head's reservation, preempt, or else reserve / block (phase 7)."""
+    item, spec = cand.item, cand.spec
+    fits_idle = _idle_result(cx, st, cand).feasible
+    decision = Decision(item.id, False, result, from_assignment(result, fits_idle, nodes=len(cx.snapshot.node_names)), cand.queue.name)
+    st.wait(item, decision)
+    if fits_idle and st.releasing and fits_after_release(st.working, spec, st.releasing, cx.compat_check, cand.target_kwargs):
         # Devices are already being freed by earlier preemptions: wait for them rather
         # than evicting more work.
-        info["summary"] = f"waiting for {len(st.releasing)} preempted task(s) to release their devices"
-        st.wait(item, decision)
+        decision.explanation = _retold(decision.explanation, Reason.WAITING_FOR_RELEASE, releasing=len(st.releasing))
         return
-    if not _preempt_for(cx, st, cand, decision, fits_idle):
-        _reserve_or_block(cx, st, cand, decision, fits_idle)
-    st.wait(item, decision)
+    blocker = _blocking_reservation(cx, st, cand) if fits_idle else None
+    if blocker is not None:
+        # It would start now but for a reservation it must not delay: no preemption helps.
+        start_at = blocker.start_at.isoformat() if blocker.start_at else None
+        facts = {"blocking_task": blocker.task_id, "start_at": start_at or "unknown", "blocking_start_at": start_at}
+        decision.explanation = _retold(decision.explanation, Reason.BLOCKED_BY_RESERVATION, **facts)
+    elif fits_idle:
+        outcome = plan_preemption(cx, st, cand, fits_idle)
+        if outcome.victims:
+            decision.victims, decision.preemption_reason = outcome.victims, outcome.reason
+            kind = "borrowing task(s) to reclaim its quota" if outcome.reclaims else "lower-priority task(s)"
+            facts = {"victim_count": len(outcome.victims), "victim_kind": kind, "preempting": list(outcome.victims)}
+            decision.explanation = _retold(decision.explanation, Reason.PREEMPTING, **facts)
+            return
+        if outcome.quota_block:
+            decision.explanation = _retold(decision.explanation, Reason.OVER_QUOTA, quota_reason=outcome.quota_block)
+            decision.explanation.filter_counts[REASON_QUOTA] = 1
+    reserve_or_block(cx, st, cand, decision, fits_idle)
 
 
-def _preempt_for(cx: CycleInputs, st: CycleState, cand: Candidate, decision: Decision, fits_idle: bool) -> bool:
-    """Pick victims for a head that fits the idle estate; True: it now waits for them."""
-    item, spec, quota, info = cand.item, cand.spec, cx.quota, decision.explanation
-    rank = spec.priority.rank
-    # A lender within its nominal quota takes back what its cohort's borrowers hold,
-    # whatever their priority (reclaim within cohort).
-    reclaim = (lambda r, spec=spec: quota.reclaimable_by(spec, r.id)) if quota and not item.quota_exempt else None
-    reclaimable = reclaim is not None and any(r.preemptible and r.id not in st.evicting and reclaim(r) for r in cx.running)
-    if not (
-        fits_idle
-        and cand.rule.preemption
-        and (reclaimable or rank > st.lowest_preemptible)
-        and (reclaimable or any(r.priority_rank < rank and r.preemptible and r.id not in st.evicting for r in cx.running))
-    ):
-        return False
-    reclaim = reclaim if reclaimable else None
-    plan = _victims(cx, st, cand, reclaim, only_own_or_borrowing=False)
-    quota_block = _quota_blocks_plan(quota, spec, plan) if plan is not None and quota and plan.victims else ""
-    if quota_block:
-        # Try again without other tenants' guaranteed work (e.g. evict this tenant's own
-        # lower-priority task instead).
-        retry = _victims(cx, st, cand, reclaim, only_own_or_borrowing=True)
-        if retry is not None and retry.victims and not _quota_blocks_plan(quota, spec, retry):
-            plan, quota_block = retry, ""
-    if quota_block:
-        plan = None  # evicting would not make it admissible, or would take others' guaranteed quota
-        info["summary"] = f"over quota: {quota_block}"
-        info["reasons"] = {**info.get("reasons", {}), REASON_QUOTA: 1}
-    if plan is None:
-        return False
-    st.evicting.update(v.id for v in plan.victims)
-    decision.victims = [v.id for v in plan.victims]
-    decision.preemption_reason = plan.reason
-    what = "borrowing task(s) to reclaim its quota" if plan.reason.startswith("quota reclaimed") else "lower-priority task(s)"
-    info["summary"] = f"preempting {len(plan.victims)} {what}; starts when they have released their devices"
-    info["preempting"] = decision.victims
-    return True
+def _retold(expl: Explanation, reason: Reason, **facts) -> Explanation:
+    """The same placement attempt, explained by another reason."""
+    return Explanation(reason, expl.fits_when_idle, expl.filter_counts, expl.attempts, {**expl.facts, **facts})
 
 
-def _victims(cx: CycleInputs, st: CycleState, cand: Candidate, reclaim, *, only_own_or_borrowing: bool):
-    """find_victims among the running work not already being evicted (with
-    `only_own_or_borrowing`: only the task's own tenant's work and borrowers)."""
-    spec, quota, evicting = cand.spec, cx.quota, st.evicting
-
-    def allowed(r: RunningTask) -> bool:
-        if r.id in evicting or not _class_allows_preemption(cx.snapshot, cx.policy, r):
-            return False
-        return not only_own_or_borrowing or r.tenant == spec.tenant or quota.is_borrowing(r.id)
-
-    return find_victims(
-        st.working,
-        spec,
-        spec.priority.rank,
-        [r for r in cx.running if r.id not in evicting],
-        cx.compat_check,
-        allowed=allowed,
-        preemptor_id=cand.item.id,
-        reclaimable=reclaim,
-        **cand.kwargs,
-    )
+def _blocking_reservation(cx: CycleInputs, st: CycleState, cand: Candidate) -> Reservation | None:
+    """The reservation that alone keeps the task from starting now (None: not one)."""
+    if not cand.blocking:
+        return None
+    free = assign(st.working, cand.spec, cx.compat_check, **cand.kwargs)
+    if not free.feasible:
+        return None
+    nodes = {p.node for p in free.placements}
+    return next((r for r in cand.blocking if r.nodes & nodes), cand.blocking[0])
 
 
-def _reserve_or_block(cx: CycleInputs, st: CycleState, cand: Candidate, decision: Decision, fits_idle: bool) -> None:
+# ----------------------------------------------------------------- 7. reserve or block
+
+
+def reserve_or_block(cx: CycleInputs, st: CycleState, cand: Candidate, decision: Decision, fits_idle: bool) -> None:
     """A head that could run on the idle estate blocks its FIFO queue or holds a
     reservation (one per queue); one that could not remembers its shape as failed."""
     q, item, spec, snapshot = cand.queue, cand.item, cand.spec, cx.snapshot
     if fits_idle and q.ordering == "fifo":
         st.order.block(q.name)
-    elif fits_idle and q.name not in st.reservations:
+        return
+    held = None
+    if fits_idle and q.name not in st.reservations:
         held = reserve(item.id, st.working, st.idle(snapshot), spec, cx.running + st.admitted_now, cx.compat_check, cx.now, **cand.kwargs)
-        if held is not None:
-            st.reservations[q.name] = held
-            mask = np.zeros(len(snapshot.node_names), dtype=bool)
-            mask[[snapshot.node_by_name[n] for n in held.nodes]] = True
-            st.reserved_masks[held.task_id] = mask
-            decision.explanation["reservation"] = {"nodes": sorted(held.nodes), "start_at": held.start_at.isoformat() if held.start_at else None}
-    else:
+    if held is None:
         st.failed_shapes[cand.shape] = decision
+        return
+    st.reservations[q.name] = held
+    mask = np.zeros(len(snapshot.node_names), dtype=bool)
+    mask[[snapshot.node_by_name[n] for n in held.nodes]] = True
+    st.reserved_masks[held.task_id] = mask
+    start_at = held.start_at.isoformat() if held.start_at else None
+    reservation = {"nodes": sorted(held.nodes), "start_at": start_at}
+    if decision.explanation.reason in (Reason.BLOCKED_BY_RESERVATION, Reason.OVER_QUOTA):
+        # Still held back by another head's reservation (or its quota): it says so, and shows its own.
+        decision.explanation.with_facts(reservation=reservation)
+        return
+    facts = {"reservation": reservation, "node_count": len(held.nodes), "start_at": start_at or "unknown"}
+    decision.explanation = _retold(decision.explanation, Reason.HOLDS_RESERVATION, **facts)
 
 
-def _wait_behind_fifo_heads(st: CycleState) -> None:
+# ----------------------------------------------------------------- 8. requeue
+
+
+def requeue(cx: CycleInputs, st: CycleState, estimate: bool) -> None:
+    """The tasks behind blocked FIFO heads wait with that reason; then every waiting task
+    gets its position and estimated start (see forecast.attach_estimates)."""
     for q, item in st.order.remaining():
-        info = {"summary": f"waiting behind the head of fifo queue {q.name}", "fits_when_idle": True, "reasons": {}, "attempts": []}
-        st.wait(item, Decision(item.id, False, Assignment(False, [], False, []), info, q.name))
-
-
-def held_by(result: Assignment) -> list[Held]:
-    return [Held(p.pool, p.model, len(p.device_indices) * p.device_fraction, p.cpu, p.memory_gb) for p in result.placements]
-
-
-def _quota_blocks_plan(quota, spec: TaskSpec, plan) -> str:
-    """Why a preemption plan must not go ahead on quota grounds ("" if it may): the
-    preemptor would still be over quota once its victims are gone, or it would only fit by
-    borrowing and a victim of another tenant is within its own quota (borrowing never
-    evicts guaranteed work; only lenders reclaim from borrowers)."""
-    released = [v.id for v in plan.victims]
-    saved = {vid: quota.charged.get(vid) for vid in released}
-    guaranteed = [v.id for v in plan.victims if saved[v.id] is not None and not saved[v.id].borrowing and saved[v.id].tenant != spec.tenant]
-    for vid in released:
-        quota.release(vid)
-    try:
-        verdict = quota.check(spec, held_by(plan.assignment))
-    finally:
-        for vid, record in saved.items():
-            if record is not None:
-                quota.charged[vid] = record
-                for key, amount in record.amounts.items():
-                    quota.used[key] = quota.used.get(key, 0.0) + amount
-    if not verdict.ok:
-        return verdict.reason
-    if verdict.borrowing and guaranteed:
-        # A count, not the ids: they are other tenants' tasks, and this reason is shown to the waiting task's readers.
-        return f"it would have to borrow, and {len(guaranteed)} task(s) of other tenants run within their own quota"
-    return ""
-
-
-def _as_running(task_id: str, spec: TaskSpec, result: Assignment, now: datetime, models) -> RunningTask:
-    seconds = [runtime_on(spec, models.get(p.model)) for p in result.placements]
-    end = end_after(now, max(seconds)) if seconds and None not in seconds else None
-    allocations = tuple(Allocation(p.node, p.pool, p.device_indices, p.device_fraction, p.cpu, p.memory_gb) for p in result.placements)
-    return RunningTask(task_id, spec.tenant, spec.priority.rank, spec.task_type, allocations, now, end, False)
-
-
-def _take(snap: Snapshot, spec: TaskSpec, result: Assignment) -> None:
-    for p in result.placements:
-        snap.take(snap.row_of(p.node, p.pool), p.device_indices, p.device_fraction, p.cpu, p.memory_gb)
-
-
-def _release(snap: Snapshot, spec: TaskSpec, result: Assignment) -> None:
-    for p in result.placements:
-        snap.release(snap.row_of(p.node, p.pool), p.device_indices, p.device_fraction, p.cpu, p.memory_gb)
-
-
-def _fits_after_release(working, spec, releasing, compat_check, kwargs) -> bool:
-
-    scratch = working.copy()
-    for r in releasing:
-        release_running(scratch, r)
-    return assign(scratch, spec, compat_check, **kwargs).feasible
-
-
-def _class_allows_preemption(snapshot: Snapshot, policy: SchedulingPolicySpec, victim: RunningTask) -> bool:
-    """A victim may be evicted only where its own devices' class allows preemption."""
-    for a in victim.allocations:
-        index = snapshot.pool_by_name.get(a.pool)
-        if index is not None and not policy.rule(snapshot.pools[index].model.device_class).preemption:
-            return False
-    return True
-
-
-def _index(by_pool: dict[str, list[RunningTask]], task: RunningTask) -> None:
-    for pool in {a.pool for a in task.allocations}:
-        by_pool.setdefault(pool, []).append(task)
+        info = Explanation(Reason.BEHIND_FIFO_HEAD, True, facts={"queue": q.name})
+        st.wait(item, Decision(item.id, False, NO_PLACEMENT, info, q.name))
+    horizon = cx.policy.estimate_horizon
+    if estimate and st.waiting and horizon:
+        attach_estimates(cx.snapshot, st.working, st.waiting, cx.running, st.decisions, cx.compat_check, cx.now, cx.models, horizon, cx.blame)

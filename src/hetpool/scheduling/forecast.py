@@ -30,6 +30,7 @@ from hetpool.core.inventory import DeviceModelSpec, TaskType
 from hetpool.core.tasks import TaskSpec
 from hetpool.scheduling.assign import WorkerPlacement, assign, candidate_groups
 from hetpool.scheduling.estimate import runtime_on
+from hetpool.scheduling.explain import ETA_BEYOND_HORIZON, ETA_FORECAST, ETA_NONE, ETA_RESERVATION, Explanation, Reason
 from hetpool.scheduling.filters import CompatCheck, memoized, pool_verdict
 from hetpool.scheduling.running import RunningTask
 from hetpool.scheduling.snapshot import Allocation, Snapshot
@@ -68,6 +69,11 @@ def _error(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}"[:500]
 
 
+# `not_before` of a task the forecast does not hold back, and the pseudo-pool that marks a
+# walk woken by a held-back task's bound (no pool has a negative index).
+NO_BOUND = object()
+WAKE = -1
+
 # Fields that never change where or whether a task fits: tasks equal in everything else
 # share one verdict per walk.
 _NOT_PLACEMENT = {"name", "description", "command", "env_vars", "runtime_estimate", "max_runtime"}
@@ -76,10 +82,11 @@ _NOT_PLACEMENT = {"name", "description", "command", "env_vars", "runtime_estimat
 class _Pending:
     """One not-yet-started task and what is needed to decide cheaply whether to retry it."""
 
-    __slots__ = ("index", "item", "pools", "rows", "nodes", "devs", "whole", "slice", "shape", "tried")
+    __slots__ = ("index", "item", "pools", "rows", "nodes", "devs", "whole", "slice", "shape", "tried", "not_before")
 
-    def __init__(self, index: int, item: QueuedTask, snap: Snapshot, offsets: np.ndarray, check: CompatCheck) -> None:
+    def __init__(self, index: int, item: QueuedTask, snap: Snapshot, offsets: np.ndarray, check: CompatCheck, not_before=NO_BOUND) -> None:
         self.index, self.item, self.tried = index, item, False
+        self.not_before = not_before  # a datetime, NO_BOUND, or None: never (see forecast_starts)
         spec = item.spec
         # Every pool any candidate group could use, less those assign's own pool filter
         # rejects whatever is free: capacity freed elsewhere cannot help this task.
@@ -164,16 +171,19 @@ def forecast_starts(
     horizon: int = 200,
     default_runtime_s: float | None = None,
     errors: dict[str, str] | None = None,
+    not_before: dict[str, datetime | None] | None = None,
 ) -> dict[str, StartEstimate]:
     """Estimated start per task id, for `ordered` in the given (queue) order.
 
     `snap` must already hold the allocations of `running`; it is not changed. `errors`,
     when given, receives task id → error for each task that could not be estimated.
+    `not_before` holds back a task until a time (None: for the whole forecast) — a task
+    blocked by another head's reservation may not start before that reservation does.
     """
     errors = {} if errors is None else errors
     forecast = _Forecast(snap.copy(), memoized(compat_check), now, models, default_runtime_s, errors)
     forecast.hold_until_their_ends(running)
-    forecast.queue(ordered[: max(horizon, 0)])
+    forecast.queue(ordered[: max(horizon, 0)], not_before or {})
     forecast.run()
     out: dict[str, StartEstimate] = {}
     for i, item in enumerate(ordered):
@@ -209,13 +219,17 @@ class _Forecast:
                 self.events.append((max(rt.expected_end, self.now), next(self.seq), _held(rt.allocations)))
         heapq.heapify(self.events)
 
-    def queue(self, ordered: list[QueuedTask]) -> None:
+    def queue(self, ordered: list[QueuedTask], not_before: dict[str, datetime | None]) -> None:
         offsets = np.concatenate([[0], np.cumsum([len(d) for d in self.scratch.dev_free])]).astype(np.int64)
         for i, item in enumerate(ordered):
             try:
-                self.pending.append(_Pending(i, item, self.scratch, offsets, self.check))
+                self.pending.append(_Pending(i, item, self.scratch, offsets, self.check, not_before.get(item.id, NO_BOUND)))
             except Exception as exc:  # this task alone goes without an estimate
                 self.errors[item.id] = _error(exc)
+                continue
+            bound = self.pending[-1].not_before
+            if isinstance(bound, datetime) and bound > self.now:  # an event with nothing to give back: a walk at `bound`
+                heapq.heappush(self.events, (bound, next(self.seq), ()))
 
     def run(self) -> None:
         t, first = self.now, True
@@ -232,7 +246,10 @@ class _Forecast:
         """Release everything ending by t (past ends count as ending now); the pools it freed."""
         dirty: set[int] = set()
         while self.events and self.events[0][0] <= t:
-            for node, pool, indices, fraction, cpu, mem in heapq.heappop(self.events)[2]:
+            held = heapq.heappop(self.events)[2]
+            if not held:
+                dirty.add(WAKE)  # a held-back task may start now: walk, though nothing was freed
+            for node, pool, indices, fraction, cpu, mem in held:
                 n = _release(self.scratch, node, pool, indices, fraction, cpu, mem)
                 if n is not None:
                     dirty |= self.node_pools.get(n, set())
@@ -253,6 +270,10 @@ class _Forecast:
             return flat[0]
 
         for p in self.pending:
+            if p.not_before is not NO_BOUND and (p.not_before is None or p.not_before > t):
+                p.tried = False  # not tried yet: the walk at its bound must try it
+                still.append(p)
+                continue
             # Early exits, cheapest first. Capacity only shrinks within a walk, so what
             # failed earlier in it (the same shape) still fails; nothing it could use was
             # freed since it last failed; a capacity bound already says no.
@@ -285,10 +306,63 @@ class _Forecast:
 def attach_estimates(snapshot, working, waiting, running, decisions: list[Decision], compat_check, now, models, horizon, blame) -> None:
     """Write each waiting task's position and estimated start into its decision's explanation.
 
-    `blame` (the cycle's) is kept naming the admitted task whose runtime is being read."""
+    A task that can never start as it is (never fits, exceeds its quota) is left out of the
+    walk: `eta_basis` "none". The others get `position`, `estimated_start` and
+    `estimated_wait_s` and how the start was found (`eta_basis`): "forecast", or
+    "reservation" where the task holds one that starts earlier than the forecast says (or
+    the forecast found none) — the reserved start is the promise, so the estimate is never
+    later than it — or "beyond_horizon" (no start found: `estimated_start` null, and the
+    summary says so). `blame` (the cycle's) is kept naming the admitted task whose runtime
+    is being read."""
     by_id = {d.task_id: d for d in decisions}
-    # Work admitted this cycle already holds capacity in `working`; it runs from now on
-    # and gives its devices back after its own estimated runtime.
+    admitted = _admitted_as_running(decisions, models, now, blame)
+    walked = [item for item in waiting if by_id[item.id].explanation.reason not in NO_ESTIMATE]
+    for item in waiting:
+        if by_id[item.id].explanation.reason in NO_ESTIMATE:
+            by_id[item.id].explanation.with_facts(estimated_start=None, estimated_wait_s=None, eta_basis=ETA_NONE)
+    # The forecast answers for each task on its own: a task it cannot estimate says why,
+    # and is still scheduled (an estimate is information, not a decision).
+    errors: dict[str, str] = {}
+    blocked = [item.id for item in walked if by_id[item.id].explanation.reason == Reason.BLOCKED_BY_RESERVATION]
+    held_back = {task_id: _blocked_until(by_id[task_id].explanation) for task_id in blocked}
+    estimates = forecast_starts(working, walked, running + admitted, compat_check, now, models, horizon=horizon, errors=errors, not_before=held_back)
+    for item in walked:
+        expl = by_id[item.id].explanation
+        if item.id in errors:
+            expl.with_facts(estimate_error=errors[item.id])
+        est = estimates.get(item.id)
+        if est is not None:
+            expl.with_facts(position=est.position, **_eta_facts(est.start_at, _reserved_start(expl), now, horizon))
+
+
+# Reasons whose task cannot start as it stands: no forecast, no position.
+NO_ESTIMATE = frozenset({Reason.NEVER_FITS, Reason.EXCEEDS_QUOTA, Reason.SET_ASIDE})
+
+
+def _eta_facts(forecast: datetime | None, reserved: datetime | None, now: datetime, horizon: int) -> dict:
+    if reserved is not None and (forecast is None or forecast > reserved):
+        start, basis = reserved, ETA_RESERVATION
+    elif forecast is not None:
+        start, basis = forecast, ETA_FORECAST
+    else:
+        return {"estimated_start": None, "estimated_wait_s": None, "eta_basis": ETA_BEYOND_HORIZON, "horizon": horizon}
+    return {"estimated_start": start.isoformat(), "estimated_wait_s": max(0.0, (start - now).total_seconds()), "eta_basis": basis}
+
+
+def _blocked_until(expl: Explanation) -> datetime | None:
+    """The start of the reservation that blocks the task (None: unknown, so never in the forecast)."""
+    start = expl.facts.get("blocking_start_at")
+    return datetime.fromisoformat(start) if start else None
+
+
+def _reserved_start(expl: Explanation) -> datetime | None:
+    start = (expl.facts.get("reservation") or {}).get("start_at")
+    return datetime.fromisoformat(start) if start else None
+
+
+def _admitted_as_running(decisions: list[Decision], models, now: datetime, blame) -> list[RunningTask]:
+    """Work admitted this cycle already holds capacity in `working`; it runs from now on
+    and gives its devices back after its own estimated runtime."""
     admitted = []
     for d in decisions:
         if not d.admit:
@@ -299,19 +373,7 @@ def attach_estimates(snapshot, working, waiting, running, decisions: list[Decisi
         seconds = runtime_on(spec, model) if spec is not None else None
         admitted.append(RunningTask(d.task_id, "", 0, TaskType.GENERAL, tuple(_as_allocations(d)), now, end_after(now, seconds), False))
     blame.task_id = None
-    # The forecast answers for each task on its own: a task it cannot estimate says why,
-    # and is still scheduled (an estimate is information, not a decision).
-    errors: dict[str, str] = {}
-    estimates = forecast_starts(working, waiting, running + admitted, compat_check, now, models, horizon=horizon, errors=errors)
-    for item in waiting:
-        if item.id in errors:
-            by_id[item.id].explanation["estimate_error"] = errors[item.id]
-        est = estimates.get(item.id)
-        if est is None:
-            continue
-        by_id[item.id].explanation["position"] = est.position
-        by_id[item.id].explanation["estimated_start"] = est.start_at.isoformat() if est.start_at else None
-        by_id[item.id].explanation["estimated_wait_s"] = est.wait_s
+    return admitted
 
 
 def _as_allocations(decision: Decision) -> Iterator[Allocation]:

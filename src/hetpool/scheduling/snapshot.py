@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy as _copy
 from dataclasses import dataclass, field
-from functools import cached_property
 
 import numpy as np
 
@@ -48,27 +47,32 @@ class PoolView:
     rows: list[int] = field(default_factory=list)
     node_features: list[frozenset[str]] = field(default_factory=list)  # label features of the nodes with a row here
     _row_array: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
+    # Computed on first use (after the snapshot is built, when `rows`, `stack` and
+    # `node_features` no longer change): see feature_report and label_features.
+    _feature_report: FeatureReport | None = field(default=None, init=False, repr=False, compare=False)
+    _label_features: frozenset[str] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def name(self) -> str:
         return self.spec.name
 
-    # Caches below are functools.cached_property: computed on first use (after the
-    # snapshot is built, when `rows`, `stack` and `node_features` no longer change).
-
-    @cached_property
+    @property
     def feature_report(self) -> FeatureReport:
         """The chip's features as enabled (or not) by the pool's software stack."""
-        return effective_features(self.model, self.stack)
+        if self._feature_report is None:
+            self._feature_report = effective_features(self.model, self.stack)
+        return self._feature_report
 
     @property
     def features(self) -> frozenset[str]:
         return self.feature_report.features
 
-    @cached_property
+    @property
     def label_features(self) -> frozenset[str]:
         """Features at least one of the pool's nodes adds by label."""
-        return frozenset().union(*self.node_features) if self.node_features else frozenset()
+        if self._label_features is None:
+            self._label_features = frozenset().union(*self.node_features) if self.node_features else frozenset()
+        return self._label_features
 
     @property
     def row_array(self) -> np.ndarray:
@@ -131,6 +135,24 @@ class Snapshot:
     pool_by_name: dict[str, int] = field(default_factory=dict)
     node_by_name: dict[str, int] = field(default_factory=dict)
 
+    # Derived in __post_init__ from the fields above and never changed afterwards (copies
+    # share them), except pool_free_whole, which take() keeps in step and copy() copies.
+    node_feature_sets: list[frozenset[str]] = field(init=False, repr=False, compare=False)
+    row_price: np.ndarray = field(init=False, repr=False, compare=False)  # per row: the pool's price per device-hour
+    row_is_cpu: np.ndarray = field(init=False, repr=False, compare=False)  # per row: a CPU pool
+    node_zone_array: np.ndarray = field(init=False, repr=False, compare=False)
+    pool_free_whole: np.ndarray = field(init=False, repr=False, compare=False)  # per pool: idle whole devices
+    one_row_per_node: bool = field(init=False, repr=False, compare=False)
+    row_index: dict[tuple[int, int], int] = field(init=False, repr=False, compare=False)  # (node, pool) → row
+    # Per pool: one device in reference-device units (an H800 counts for more than a T4; CPU pools 0).
+    unit_factors: dict[str, float] = field(init=False, repr=False, compare=False)
+
+    # Memo tables of the scheduling code, created empty and shared by every copy (the copies
+    # keep the same pools and stacks, which is what the keys stand for).
+    compat_cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # see filters.memoized
+    group_cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # see assign.candidate_groups
+    perf_cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # see row_perf
+
     def __post_init__(self) -> None:
         self.node_feature_sets = [node_features(n) for n in self.node_specs]
         # Per-row attributes that never change within a snapshot, as arrays for scoring.
@@ -143,43 +165,24 @@ class Snapshot:
         self.pool_free_whole = np.bincount(self.row_pool, weights=self.row_free_whole, minlength=len(self.pools)).astype(np.int64)
         self.one_row_per_node = len(set(self.row_node.tolist())) == len(self.row_node)
         self.row_index = {(int(n), int(p)): r for r, (n, p) in enumerate(zip(self.row_node, self.row_pool, strict=True))}
-        self._perf: dict[str, np.ndarray] = {}
+        self.unit_factors = {p.name: 0.0 if p.model.device_class == "cpu" else p.model.perf_for(TaskType.GENERAL) for p in self.pools}
 
     def row_perf(self, task_type) -> np.ndarray:
         """Relative performance of each row's device model for `task_type` (cached)."""
-        if task_type not in self._perf:
-            self._perf[task_type] = np.array([self.pools[int(p)].model.perf_for(task_type) for p in self.row_pool], dtype=np.float64)
-        return self._perf[task_type]
+        if task_type not in self.perf_cache:
+            self.perf_cache[task_type] = np.array([self.pools[int(p)].model.perf_for(task_type) for p in self.row_pool], dtype=np.float64)
+        return self.perf_cache[task_type]
 
     def row_perf_with(self, task_type, hints: dict[str, float]) -> np.ndarray:
         """Row performance with a task's own per-model hints written over the catalog's."""
         key = (task_type, tuple(sorted(hints.items())))
-        if key not in self._perf:
+        if key not in self.perf_cache:
             perf = self.row_perf(task_type).copy()
             for p in range(len(self.pools)):
                 if self.pools[p].model.name in hints:
                     perf[self.row_pool == p] = hints[self.pools[p].model.name]
-            self._perf[key] = perf
-        return self._perf[key]
-
-    # Memo tables of the scheduling code, as functools.cached_property: each is created on
-    # first use and copy() shares it with the copies made after that (they keep the same
-    # pools and stacks, which is what the keys stand for).
-
-    @cached_property
-    def compat_cache(self) -> dict:
-        """Compatibility verdicts per (model, stack, framework request): see filters.memoized."""
-        return {}
-
-    @cached_property
-    def group_cache(self) -> dict:
-        """Candidate pool groups per device request: see assign.candidate_groups."""
-        return {}
-
-    @cached_property
-    def unit_factors(self) -> dict[str, float]:
-        """Per pool: one device in reference-device units (an H800 counts for more than a T4; CPU pools 0)."""
-        return {p.name: 0.0 if p.model.device_class == "cpu" else p.model.perf_for(TaskType.GENERAL) for p in self.pools}
+            self.perf_cache[key] = perf
+        return self.perf_cache[key]
 
     def whole_free(self) -> np.ndarray:
         """Idle whole devices per row (read-only view; updated incrementally by take())."""

@@ -17,6 +17,7 @@ from sqlalchemy import select, update
 
 from hetpool.core.governance import APPROVED_OVER_QUOTA_LABEL
 from hetpool.core.states import TaskState
+from hetpool.scheduling.backfill import PreferredWait
 from hetpool.scheduling.cycle import CycleResult, QueuedTask, run_cycle
 from hetpool.server import tracing
 from hetpool.server.db.models import PlacementRow, TaskRow
@@ -76,7 +77,9 @@ def schedule_once(ctx: ServiceContext) -> CycleResult | None:
                 invalid.append((row.id, f"spec no longer valid: {exc}"))
                 continue
             try:
-                queue.append(QueuedTask(row.id, with_runtime(spec, learned), row.queued_at, quota_exempt=quota_exempt(row)))
+                # A task waiting for its preferred model is held to the promise it was given.
+                promise = PreferredWait.from_explanation(row.pending_explanation)
+                queue.append(QueuedTask(row.id, with_runtime(spec, learned), row.queued_at, quota_exempt=quota_exempt(row), preferred_wait=promise))
             except Exception as exc:
                 invalid.append((row.id, _set_aside_message(f"{type(exc).__name__}: {exc}")))
         pools = {p.name: p for p in inv.pools.values()}
@@ -123,7 +126,8 @@ def _apply(ctx: ServiceContext, result: CycleResult, epoch: int, shown: dict, po
             return
         # Most decisions of a long queue are "still waiting, for the same reason": those
         # need no write, and the rest are read in one query rather than one each.
-        touched = [d.task_id for d in result.decisions if d.admit or d.victims or shown.get(d.task_id) != {**d.explanation, "queue": d.queue}]
+        stored = {d.task_id: _stored(d) for d in result.decisions if not d.admit}
+        touched = [d.task_id for d in result.decisions if d.admit or d.victims or shown.get(d.task_id) != stored[d.task_id]]
         current = _rows_by_id(session, touched)
         for decision in result.decisions:
             if decision.set_aside:
@@ -140,7 +144,7 @@ def _apply(ctx: ServiceContext, result: CycleResult, epoch: int, shown: dict, po
             for victim_id in decision.victims:
                 task_lifecycle.request_preemption(ctx, session, victim_id, decision.task_id, decision.preemption_reason)
             if not decision.admit:
-                explanation = {**decision.explanation, "queue": decision.queue}
+                explanation = stored[decision.task_id]
                 if row.pending_explanation != explanation:
                     row.pending_explanation = explanation
                     row.placement_attempts = attempts
@@ -171,7 +175,7 @@ def _apply(ctx: ServiceContext, result: CycleResult, epoch: int, shown: dict, po
                     row,
                     TaskState.ADMITTED,
                     actor=ACTOR,
-                    message=decision.explanation["summary"],
+                    message=decision.explanation.summary,
                     attempt=attempt,
                     cluster=cluster.name,
                     backend=cluster.backend.value,
@@ -181,6 +185,11 @@ def _apply(ctx: ServiceContext, result: CycleResult, epoch: int, shown: dict, po
                     job_id=None,
                     preempt_reason=None,
                 )
+
+
+def _stored(decision) -> dict:
+    """A waiting task's explanation as stored and shown (the flat form, with its queue)."""
+    return {**decision.explanation.to_dict(), "queue": decision.queue}
 
 
 def _rows_by_id(session, task_ids: list[str], chunk: int = 500) -> dict[str, TaskRow]:

@@ -1,0 +1,129 @@
+"""The cycle's preemption-planning phase: may a waiting head evict running work, and whom.
+
+A head that fits the idle estate may evict lower-priority work (or, as a lender within its
+nominal quota, its cohort's borrowers: Kueue's reclaimWithinCohort). A plan is kept only
+when it frees something (an empty plan is never a preemption: a task that would already
+fit but for another task's reservation is *blocked*, see cycle.py) and when the quota book
+agrees that, with the victims gone, the task would be admitted without taking other
+tenants' guaranteed quota.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hetpool.core.policy import SchedulingPolicySpec
+from hetpool.scheduling.assign import assign
+from hetpool.scheduling.backfill import release_running
+from hetpool.scheduling.cycle_state import Candidate, CycleInputs, CycleState, held_by
+from hetpool.scheduling.preempt import PreemptionPlan, find_victims
+from hetpool.scheduling.quota_view import QuotaLedger
+from hetpool.scheduling.running import RunningTask
+from hetpool.scheduling.snapshot import Snapshot
+
+RECLAIM_PREFIX = "quota reclaimed"  # how preempt.find_victims starts the reason of a reclaim
+
+
+@dataclass(frozen=True)
+class PreemptionOutcome:
+    """What planning found: victims to evict (with the reason they are told), or the quota
+    reason no plan may go ahead; neither when preemption cannot help."""
+
+    victims: list[str]
+    reason: str = ""  # told to the victims
+    quota_block: str = ""  # why no plan may go ahead on quota grounds ("" if none)
+
+    @property
+    def reclaims(self) -> bool:
+        return self.reason.startswith(RECLAIM_PREFIX)
+
+
+NO_PREEMPTION = PreemptionOutcome([])
+
+
+def plan_preemption(cx: CycleInputs, st: CycleState, cand: Candidate, fits_idle: bool) -> PreemptionOutcome:
+    """Victims for a head that fits the idle estate, if evicting them lets it start."""
+    item, spec, quota = cand.item, cand.spec, cx.quota
+    rank = spec.priority.rank
+    # A lender within its nominal quota takes back what its cohort's borrowers hold,
+    # whatever their priority (reclaim within cohort).
+    reclaim = (lambda r, spec=spec: quota.reclaimable_by(spec, r.id)) if quota and not item.quota_exempt else None
+    reclaimable = reclaim is not None and any(r.preemptible and r.id not in st.evicting and reclaim(r) for r in cx.running)
+    if not (
+        fits_idle
+        and cand.rule.preemption
+        and (reclaimable or rank > st.lowest_preemptible)
+        and (reclaimable or any(r.priority_rank < rank and r.preemptible and r.id not in st.evicting for r in cx.running))
+    ):
+        return NO_PREEMPTION
+    reclaim = reclaim if reclaimable else None
+    plan = _victims(cx, st, cand, reclaim, only_own_or_borrowing=False)
+    if plan is None or not plan.victims:
+        return NO_PREEMPTION  # nothing to evict: it is not capacity held by running work that stops it
+    quota_block = quota_blocks_plan(quota, spec, plan) if quota else ""
+    if quota_block:
+        # Try again without other tenants' guaranteed work (e.g. evict this tenant's own
+        # lower-priority task instead).
+        retry = _victims(cx, st, cand, reclaim, only_own_or_borrowing=True)
+        if retry is None or not retry.victims or quota_blocks_plan(quota, spec, retry):
+            return PreemptionOutcome([], quota_block=quota_block)
+        plan = retry
+    st.evicting.update(v.id for v in plan.victims)
+    return PreemptionOutcome([v.id for v in plan.victims], plan.reason)
+
+
+def _victims(cx: CycleInputs, st: CycleState, cand: Candidate, reclaim, *, only_own_or_borrowing: bool) -> PreemptionPlan | None:
+    """find_victims among the running work not already being evicted (with
+    `only_own_or_borrowing`: only the task's own tenant's work and borrowers)."""
+    spec, quota, evicting = cand.spec, cx.quota, st.evicting
+
+    def allowed(r: RunningTask) -> bool:
+        if r.id in evicting or not class_allows_preemption(cx.snapshot, cx.policy, r):
+            return False
+        return not only_own_or_borrowing or r.tenant == spec.tenant or quota.is_borrowing(r.id)
+
+    return find_victims(
+        st.working,
+        spec,
+        spec.priority.rank,
+        [r for r in cx.running if r.id not in evicting],
+        cx.compat_check,
+        allowed=allowed,
+        preemptor_id=cand.item.id,
+        reclaimable=reclaim,
+        **cand.kwargs,
+    )
+
+
+def quota_blocks_plan(quota: QuotaLedger, spec, plan: PreemptionPlan) -> str:
+    """Why a preemption plan must not go ahead on quota grounds ("" if it may): the
+    preemptor would still be over quota once its victims are gone, or it would only fit by
+    borrowing and a victim of another tenant is within its own quota (borrowing never
+    evicts guaranteed work; only lenders reclaim from borrowers)."""
+    released = [v.id for v in plan.victims]
+    guaranteed = [v for v in released if quota.charged_tenant(v) not in (None, spec.tenant) and not quota.is_borrowing(v)]
+    with quota.without(released) as book:
+        verdict = book.check(spec, held_by(plan.assignment))
+    if not verdict.ok:
+        return verdict.reason
+    if verdict.borrowing and guaranteed:
+        # A count, not the ids: they are other tenants' tasks, and this reason is shown to the waiting task's readers.
+        return f"it would have to borrow, and {len(guaranteed)} task(s) of other tenants run within their own quota"
+    return ""
+
+
+def fits_after_release(working: Snapshot, spec, releasing: list[RunningTask], compat_check, kwargs: dict) -> bool:
+    """Would the task fit once the work already being preempted has given its devices back?"""
+    scratch = working.copy()
+    for r in releasing:
+        release_running(scratch, r)
+    return assign(scratch, spec, compat_check, **kwargs).feasible
+
+
+def class_allows_preemption(snapshot: Snapshot, policy: SchedulingPolicySpec, victim: RunningTask) -> bool:
+    """A victim may be evicted only where its own devices' class allows preemption."""
+    for a in victim.allocations:
+        index = snapshot.pool_by_name.get(a.pool)
+        if index is not None and not policy.rule(snapshot.pools[index].model.device_class).preemption:
+            return False
+    return True

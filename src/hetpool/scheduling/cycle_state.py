@@ -1,0 +1,153 @@
+"""What one scheduling cycle reads (`CycleInputs`), what it changes as each head is
+decided (`CycleState`), and the head under evaluation (`Candidate`) — the data the
+phases in cycle.py pass along — plus the small capacity helpers the phases share.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from hetpool.core.inventory import DeviceModelSpec, TaskType
+from hetpool.core.policy import ClassRule, QueueSpec, SchedulingPolicySpec
+from hetpool.core.tasks import TaskSpec
+from hetpool.scheduling.assign import Assignment
+from hetpool.scheduling.backfill import Reservation
+from hetpool.scheduling.estimate import runtime_on
+from hetpool.scheduling.filters import CompatCheck
+from hetpool.scheduling.forecast import end_after
+from hetpool.scheduling.queueing import FairShare, QueueOrder, tenant_weight
+from hetpool.scheduling.quota_view import Held, QuotaLedger
+from hetpool.scheduling.running import RunningTask
+from hetpool.scheduling.snapshot import Allocation, Snapshot
+
+if TYPE_CHECKING:  # cycle.py defines them and imports this module
+    from hetpool.scheduling.cycle import Decision, QueuedTask
+
+
+@dataclass
+class Blame:
+    """The task being evaluated, so that an error can be pinned on it (None: on no task)."""
+
+    task_id: str | None = None
+
+
+@dataclass
+class CycleInputs:
+    """What one cycle reads and never changes (besides `quota`, the book it charges)."""
+
+    snapshot: Snapshot
+    compat_check: CompatCheck  # memoised on the snapshot
+    now: datetime
+    policy: SchedulingPolicySpec
+    models: dict[str, DeviceModelSpec]
+    running: list[RunningTask]
+    quota: QuotaLedger | None  # already charged with the running work; None: no quotas
+    blame: Blame
+
+
+@dataclass
+class CycleState:
+    """The working state of one cycle, changed as each head is decided."""
+
+    working: Snapshot  # capacity left after this cycle's admissions
+    fair: FairShare
+    order: QueueOrder
+    tenant_matters: bool  # pools reserved for tenants: the tenant is part of a task's shape
+    releasing: list[RunningTask]  # preempted earlier, still giving their devices back
+    lowest_preemptible: int  # cheap guard before scanning running work for victims on every waiting task
+    failed_shapes: dict[str, Decision] = field(default_factory=dict)
+    idle_results: dict[str, Assignment] = field(default_factory=dict)  # per shape: its placement on the idle estate
+    reservations: dict[str, Reservation] = field(default_factory=dict)  # per queue: its blocked head's reservation
+    reserved_masks: dict[str, np.ndarray] = field(default_factory=dict)  # per reserving task: its nodes
+    evicting: set[str] = field(default_factory=set)
+    decisions: list[Decision] = field(default_factory=list)
+    waiting: list[QueuedTask] = field(default_factory=list)
+    # Work admitted earlier in this cycle, as running work with its expected end, so that
+    # reservation start times and wait-for-preferred count on it ending (the latter also
+    # counts the work already waiting for the same devices: see backfill.prefer_waiting).
+    admitted_now: list[RunningTask] = field(default_factory=list)
+    may_use: dict[tuple, bool] = field(default_factory=dict)
+    banked: dict[str, float] = field(default_factory=dict)  # device-seconds waiting for each preferred model (see backfill.prefer_waiting)
+    by_pool: dict[str, list[RunningTask]] = field(default_factory=dict)  # running work (and this cycle's admissions) per pool
+    borrowers: list[tuple[QueueSpec, QueuedTask]] = field(default_factory=list)
+    deferring_done: bool = False  # every non-borrowing head has been decided
+    idle_snapshot: Snapshot | None = None
+
+    def idle(self, snapshot: Snapshot) -> Snapshot:
+        if self.idle_snapshot is None:
+            self.idle_snapshot = snapshot.emptied()
+        return self.idle_snapshot
+
+    def wait(self, item: QueuedTask, decision: Decision) -> None:
+        self.decisions.append(decision)
+        self.waiting.append(item)
+
+
+@dataclass
+class Candidate:
+    """One head under evaluation, with the constraints it is assigned under."""
+
+    queue: QueueSpec
+    item: QueuedTask
+    rule: ClassRule  # the policy for the task's device class
+    kwargs: dict  # assign() constraints: the queue's pools and the class's placement
+    blocking: list[Reservation]  # reservations the task may not use: it must not delay them
+    shape: str  # see shape_key, plus the reservations it is blocked by
+    target_kwargs: dict = field(default_factory=dict)  # kwargs plus the nodes `blocking` holds (set by constrain)
+
+    @property
+    def spec(self) -> TaskSpec:
+        return self.item.spec
+
+
+def shape_key(spec: TaskSpec, queue: QueueSpec, tenant_matters: bool) -> str:
+    """What decides where a task can go. Capacity only shrinks within a cycle, so once a
+    shape fails, every later task of the same shape fails too — and is skipped cheaply.
+    The tenant counts only where pools are reserved for tenants."""
+    return f"{queue.name}|{spec.tenant if tenant_matters else ''}|{spec.placement_shape}"
+
+
+def held_by(result: Assignment) -> list[Held]:
+    return [Held(p.pool, p.model, len(p.device_indices) * p.device_fraction, p.cpu, p.memory_gb) for p in result.placements]
+
+
+def fair_share(snapshot: Snapshot, running: list[RunningTask], weights: dict[str, float]) -> FairShare:
+    perf = snapshot.row_perf(TaskType.GENERAL)
+    accel_rows = ~snapshot.row_is_cpu
+    totals = (float((snapshot.device_totals() * perf)[accel_rows].sum()), float(snapshot.total_cpu.sum()), float(snapshot.total_mem.sum()))
+    fair = FairShare(totals, tenant_weight(weights))
+    for task in running:
+        for a in task.allocations:
+            fair.add(task.tenant, units(snapshot, a.pool, len(a.device_indices) * a.device_fraction), a.cpu, a.memory_gb)
+    return fair
+
+
+def units(snapshot: Snapshot, pool: str, devices: float) -> float:
+    """Devices in reference-device units (an H800 counts for more than a T4)."""
+    return devices * snapshot.unit_factors.get(pool, 0.0)
+
+
+def as_running(task_id: str, spec: TaskSpec, result: Assignment, now: datetime, models) -> RunningTask:
+    seconds = [runtime_on(spec, models.get(p.model)) for p in result.placements]
+    end = end_after(now, max(seconds)) if seconds and None not in seconds else None
+    allocations = tuple(Allocation(p.node, p.pool, p.device_indices, p.device_fraction, p.cpu, p.memory_gb) for p in result.placements)
+    return RunningTask(task_id, spec.tenant, spec.priority.rank, spec.task_type, allocations, now, end, False)
+
+
+def take(snap: Snapshot, result: Assignment) -> None:
+    for p in result.placements:
+        snap.take(snap.row_of(p.node, p.pool), p.device_indices, p.device_fraction, p.cpu, p.memory_gb)
+
+
+def release(snap: Snapshot, result: Assignment) -> None:
+    for p in result.placements:
+        snap.release(snap.row_of(p.node, p.pool), p.device_indices, p.device_fraction, p.cpu, p.memory_gb)
+
+
+def index_by_pool(by_pool: dict[str, list[RunningTask]], task: RunningTask) -> None:
+    for pool in {a.pool for a in task.allocations}:
+        by_pool.setdefault(pool, []).append(task)
