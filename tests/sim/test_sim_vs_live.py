@@ -95,7 +95,9 @@ def test_simulated_and_live_scheduling_admit_the_same_with_quotas_and_borrowing(
 
     with ctx.db.transaction() as session:
         inv = load_inventory(ctx, session)
-        specs = {r.id: resolve_task_spec(inv, {k: v for k, v in r.spec.items() if k != "kind"}) for r in session.execute(select(TaskRow)).scalars()}
+        rows = session.execute(select(TaskRow)).scalars().all()
+        specs = {r.id: resolve_task_spec(inv, {k: v for k, v in r.spec.items() if k != "kind"}) for r in rows}
+        live_preemptions = {r.id: r.preemptions for r in rows}
     work = {name: runtime for _, name, _, _, _, runtime in QUOTA_SCENARIO}
     trace = [
         TraceTask(ids[name], float(t), specs[ids[name]], reference_s=work[name], work_s={"nvidia-a100-80g": work[name]})
@@ -113,6 +115,7 @@ def test_simulated_and_live_scheduling_admit_the_same_with_quotas_and_borrowing(
     result = sim.run(trace)
     assert [(a.t, a.task_id, a.borrowing) for a in result.admissions] == live
     outcomes = result.outcomes
+    assert {task_id: out.preemptions for task_id, out in outcomes.items()} == live_preemptions
     assert outcomes[ids["b-borrows"]].preemptions == 1 and outcomes[ids["b-borrows"]].borrowed == 2
     assert outcomes[ids["b-greedy"]].start_s is None and outcomes[ids["b-greedy"]].over_quota_cycles > 0
     summary = summarize(result)
@@ -136,8 +139,9 @@ def _live_admissions(ctx: ServiceContext, api: TestClient) -> tuple[list[tuple[f
         while evicted:
             result = schedule_once(ctx)
             decisions = result.decisions if result else []
-            with ctx.db.transaction() as session:
-                book = quota_book(load_inventory(ctx, session), running_tasks(session, load_inventory(ctx, session), {}, ctx.clock.now()))
+            with ctx.db.transaction() as session:  # who borrows: the book the next cycle will start from
+                inv = load_inventory(ctx, session)
+                book = quota_book(inv, running_tasks(session, inv, {}, ctx.clock.now()))
             admissions += [(float(t), d.task_id, book.is_borrowing(d.task_id)) for d in decisions if d.admit]
             evicted = any(d.victims for d in decisions)
     return admissions, ids
