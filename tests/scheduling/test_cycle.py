@@ -73,7 +73,7 @@ def test_higher_priority_wins_the_last_eight_devices() -> None:
     assert second.explanation.reason == "holds_reservation"
     summary = second.explanation.to_dict()["summary"]
     assert summary.startswith("waiting for capacity, holding a reservation on 1 node(s) from unknown — 0/2 nodes available: 2 not enough")
-    assert second.explanation.summary.endswith("; no start within the forecast horizon (first 200 queued tasks, known runtimes only)")
+    assert second.explanation.summary.endswith("; no start within the forecast horizon (200 queued tasks, running work with a known end)")
     assert REASON_DEVICES in second.explanation.to_dict()["summary"]
     assert second.explanation.to_dict()["reasons"] == {REASON_DEVICES: 2}
     assert [d.task_id for d in result.admitted] == ["newer-high"]

@@ -77,7 +77,7 @@ ETA_NONE = "none"  # no estimate applies (never fits, exceeds its quota, no runt
 
 # Appended to the summary of a waiting task the forecast found no start for (eta_basis
 # beyond_horizon), so that "no estimate" is said rather than shown as a bare null.
-BEYOND_HORIZON_TEMPLATE = "; no start within the forecast horizon (first {horizon} queued tasks, known runtimes only)"
+BEYOND_HORIZON_TEMPLATE = "; no start within the forecast horizon ({horizon} queued tasks, running work with a known end)"
 
 _BASE_KEYS = ("reason", "summary", "fits_when_idle", "reasons", "attempts")
 
