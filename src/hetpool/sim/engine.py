@@ -36,6 +36,8 @@ from hetpool.scheduling.snapshot import Allocation, build_snapshot
 from hetpool.sim.trace import TraceTask
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+# A pending task with one of these reasons waits on its quota, not on devices.
+QUOTA_REASONS = frozenset({Reason.OVER_QUOTA, Reason.EXCEEDS_QUOTA})
 
 
 @dataclass
@@ -243,7 +245,7 @@ class _Run:
                 self.admissions.append(Admission(now, decision.task_id, borrowing))
                 self.outcomes[decision.task_id].borrowed += borrowing
                 self.start(decision)
-            elif book and _over_quota(decision.explanation):
+            elif decision.explanation.reason in QUOTA_REASONS:
                 self.outcomes[decision.task_id].over_quota_cycles += 1
 
     def quota_book(self) -> QuotaBook | None:
@@ -300,15 +302,6 @@ class _Run:
     def sample(self) -> None:
         if not self.samples or self.cfg.sample_every_s <= 0 or self.now - self.samples[-1].t >= self.cfg.sample_every_s:
             self.samples.append(Sample(self.now, len(self.queued), len(self.running), dict(self.busy)))
-
-
-def _over_quota(explanation) -> bool:
-    """Does a pending task's explanation say its quota holds it back?"""
-    facts = explanation.to_dict() if hasattr(explanation, "to_dict") else explanation
-    if facts.get("reason") in (Reason.OVER_QUOTA, Reason.EXCEEDS_QUOTA):
-        return True
-    # The untyped explanations run_cycle gave before reason codes (kept while both exist).
-    return "quota exceeded" in (facts.get("reasons") or {}) or str(facts.get("summary", "")).startswith("over quota")
 
 
 def _scaled(task: TraceTask, placements, models) -> float:
