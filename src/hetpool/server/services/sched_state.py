@@ -115,17 +115,16 @@ def _expected_end(inv: Inventory, spec: TaskSpec, template, mine: list[Placement
 
     The task's runtime estimate on its slowest device gives the end. Once that end has
     passed, its template's history (the median of recent successful runs, `learned`) is
-    the better guess if it says the task still runs; past that too, the core's overrun
-    rule applies (running.revise_overruns, in running_tasks)."""
+    the better guess if it says the task runs longer; once that has passed too, the core's
+    overrun rule applies from there (running.revise_overruns, in running_tasks)."""
     if spec.runtime_estimate_s is None or not mine:
         return None, BASIS_ESTIMATE, None
-    slowest = min((inv.catalog.get(p.model).perf_for(spec.task_type) if p.model in inv.catalog else 1.0) for p in mine)
-    if spec.per_worker.devices is None:
-        slowest = 1.0
-    estimated = end_after(started, spec.runtime_estimate_s / slowest)  # None: past any date
-    if estimated is not None and estimated <= now and template in learned:
-        from_history = end_after(started, learned[template] / slowest)
-        if from_history is not None and from_history > now:
+    # The slowest worker's device decides when a gang ends; as the cycle reckons it (runtime_on).
+    seconds = max(runtime_on(spec, inv.catalog.get(p.model) if p.model in inv.catalog else None) for p in mine)
+    estimated = end_after(started, seconds)  # None: past any date
+    if estimated is not None and estimated <= now and template in learned and spec.runtime_estimate_s > 0:
+        from_history = end_after(started, learned[template] * seconds / spec.runtime_estimate_s)
+        if from_history is not None and from_history > estimated:  # past too: the overrun counts from there
             return from_history, BASIS_HISTORY, estimated
     return estimated, BASIS_ESTIMATE, None
 
