@@ -76,6 +76,7 @@ def test_a_wait_behind_overrunning_work_is_revised_then_gives_way(ctx: ServiceCo
     assert late["promised_start"] == first["promised_start"]  # the promise is not moved along
     planned = demo.post("/api/v1/tasks/plan", json={**JOB, "name": "like-it"}).json()
     assert planned["explanation"]["reason"] == "waiting_for_preferred" and planned["estimated_wait_s"] >= 60
+    assert planned["explanation"]["free_at"] == late["free_at"] and planned["explanation"]["eta_basis"] == "forecast"
 
     # Past the promised start (and its grace): the substitute is taken.
     ctx.clock.advance(PROMISE_GRACE_S)

@@ -18,7 +18,7 @@ from hetpool.scheduling.assign import assign
 from hetpool.scheduling.backfill import PreferredWait, prefer_waiting, preferred_only
 from hetpool.scheduling.cycle import QueuedTask
 from hetpool.scheduling.estimate import runtime_on
-from hetpool.scheduling.explain import Explanation
+from hetpool.scheduling.explain import ETA_BEYOND_HORIZON, ETA_FORECAST, Explanation
 from hetpool.scheduling.forecast import end_after, forecast_starts
 from hetpool.scheduling.running import BASIS_ESTIMATE, BASIS_HISTORY, RunningTask, revise_overruns
 from hetpool.scheduling.snapshot import Allocation, Snapshot, build_snapshot
@@ -258,8 +258,10 @@ def plan_estimate(ctx, session: Session, inv: Inventory, snap: Snapshot, spec: T
             "estimated_wait_s": mine.wait_s,
             "estimated_pool": mine.pool,
         }
-    if waiting is not None:
-        body.update(feasible=False, explanation={**waiting.to_dict(), "position": body["queue_position"], **body})
+    if waiting is not None:  # the ETA facts as the cycle's requeue phase writes them
+        basis = {"eta_basis": ETA_FORECAST} if body["estimated_start"] else {"eta_basis": ETA_BEYOND_HORIZON, "horizon": len(ahead) + 1}
+        eta = {"position": body["queue_position"], "estimated_start": body["estimated_start"], "estimated_wait_s": body["estimated_wait_s"], **basis}
+        body.update(feasible=False, explanation=waiting.with_facts(**eta).to_dict())
     return body
 
 
