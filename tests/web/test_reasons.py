@@ -20,15 +20,24 @@ def test_waiting_for_capacity_with_its_filter_counts() -> None:
     pending = stored(Reason.WAITING_FOR_CAPACITY, {"not enough free devices": 10, "incompatible software stack": 2}, nodes=12)
     assert explanation_text(pending, EN) == pending["summary"]
     assert explanation_text(pending, EN) == "waiting for capacity — 0/12 nodes available: 10 not enough free devices, 2 incompatible software stack"
-    assert explanation_text(pending, ZH) == "等待资源：0/12 个节点可用：10 空闲设备不足, 2 软件栈不兼容"
+    assert explanation_text(pending, ZH) == "等待资源——12 个节点均不可用：10 空闲设备不足, 2 软件栈不兼容"
 
 
 def test_quota_and_reservation_reasons_keep_their_facts() -> None:
     exceeds = stored(Reason.EXCEEDS_QUOTA, quota="ai-lab/nlp", resource="gpu", requested=16, nominal=8, borrowable=4, borrowing_limit=4)
     assert explanation_text(exceeds, ZH) == "即使借用也超出配额 ai-lab/nlp：gpu 申请 16 > 额定 8 + 可借 4"
     blocked = stored(Reason.BLOCKED_BY_RESERVATION, blocking_task="t-0123456789", start_at="2026-01-01T10:00:00Z")
-    assert "t-0123456789" in explanation_text(blocked, ZH) and "2026-01-01T10:00:00Z" in explanation_text(blocked, ZH)
-    assert explanation_text(blocked, ZH).startswith("受 t-0123456789 的预留所限")
+    assert (
+        explanation_text(blocked, ZH) == "受 t-0123456789 的预留所限（2026-01-01 10:00:00 开始）：现在启动会推迟该任务"
+    )  # the dashboard's time format
+
+
+def test_a_filter_reason_with_its_detail_is_translated_part_by_part() -> None:
+    counts = {"incompatible software stack: framework not installed": 3, "not enough free devices": 1}
+    pending = stored(Reason.NEVER_FITS, counts, nodes=4)
+    assert explanation_text(pending, ZH) == "即使资源全部空闲也无处可运行——4 个节点均不可用：3 软件栈不兼容：框架未安装, 1 空闲设备不足"
+    assert explanation_text(pending, EN) == pending["summary"]
+    assert ZH.reason("incompatible software stack: a node's own words") == "软件栈不兼容：a node's own words"
 
 
 def test_words_among_the_facts_are_translated_too() -> None:

@@ -155,7 +155,7 @@ def test_a_waiting_task_says_why_and_a_placed_one_shows_its_fallback(ctx: Servic
     chinese = browser_client.get(f"/tasks/{second}?lang=zh-CN").text
     assert attr(chinese, "pending-summary", "data-reason") in ("waiting_for_capacity", "holds_reservation")
     in_chinese = re.search(r'id="pending-summary"[^>]*>([^<]*)<', chinese).group(1)
-    assert in_chinese.startswith("等待资源") and "0/12 个节点可用" in in_chinese and "空闲设备不足" in in_chinese
+    assert in_chinese.startswith("等待资源") and "12 个节点均不可用" in in_chinese and "空闲设备不足" in in_chinese
     assert "not enough free devices" not in in_chinese
     listed = browser_client.get("/tasks?fragment=task-table&state=queued&lang=zh-CN").text
     assert "空闲设备不足" in listed and 'class="note pending-reason"' in listed

@@ -75,8 +75,16 @@ class Translator:
 
     def reason(self, text: str) -> str:
         """A text the API wrote (its reason codes are their English words, web/reasons.py):
-        translated when the catalog knows it, else as written. Never %-formatted."""
-        return self.catalog.gettext(text) if text else text  # gettext("") is the header
+        translated when the catalog knows it, else as written. Never %-formatted. A reason
+        with its detail ('incompatible software stack: framework not installed') is
+        translated part by part when the catalog does not know it whole."""
+        if not text:
+            return text  # gettext("") is the header
+        translated = self.catalog.gettext(text)
+        head, colon, detail = text.partition(": ")
+        if translated != text or not colon:
+            return translated
+        return self.reason(head) + self.pgettext("reasons.detail", ": ") + self.reason(detail)
 
     def reasons(self, counts: dict[str, int] | None) -> str:
         """{'not enough free devices': 2} → '2 not enough free devices' (2 空闲设备不足), most first."""

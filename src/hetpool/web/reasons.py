@@ -20,6 +20,7 @@ from typing import Any
 from hetpool.scheduling.explain import Explanation, render
 from hetpool.web.i18n import N_, Translator
 from hetpool.web.labels import label
+from hetpool.web.task_views import short_ts
 
 REASON_TEXTS = (
     # scheduling: filters and assignment
@@ -113,5 +114,9 @@ def explanation_text(pending: Mapping[str, Any] | None, tr: Translator) -> str:
         facts["device_class"] = label(tr, "device_class", facts["device_class"])
     if isinstance(facts.get("victim_kind"), str):
         facts["victim_kind"] = tr.reason(facts["victim_kind"])
+    # Times as on the rest of the dashboard (UTC, to the second), not the API's ISO form.
+    for key in ("start_at", "free_at"):
+        if isinstance(facts.get(key), str):
+            facts[key] = short_ts(facts[key])
     # `reason` only translates (no %-formatting): the core fills the {fields} itself.
     return render(replace(expl, facts=facts), tr.reason)
