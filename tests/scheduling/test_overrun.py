@@ -11,7 +11,20 @@ import pytest
 from hetpool.scheduling.backfill import PROMISE_GRACE_S, PreferredWait
 from hetpool.scheduling.cycle import Decision, QueuedTask, run_cycle
 from hetpool.scheduling.running import BASIS_ESTIMATE, BASIS_OVERRUN, OVERRUN_MIN_REMAINING_S, overrun_end, revise_overruns
-from tests.scheduling.factories import CUDA_STACK, alloc, compat_check, node, pool, running_task, snapshot_with_running, task
+from hetpool.sim.engine import Simulator
+from hetpool.sim.trace import TraceTask
+from tests.scheduling.factories import (
+    CUDA_STACK,
+    alloc,
+    catalog_models,
+    cluster,
+    compat_check,
+    node,
+    pool,
+    running_task,
+    snapshot_with_running,
+    task,
+)
 
 CHECK = compat_check()
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -162,3 +175,23 @@ def test_a_promise_without_a_zone_is_read_as_utc() -> None:
     }
     promise = PreferredWait.from_explanation(stored)
     assert promise is not None and promise.promised_start == BLOCKER_END and not promise.broken(BLOCKER_END)
+
+
+# ------------------------------------------------------------------ the simulator agrees
+
+
+def test_the_simulator_holds_a_wait_to_its_promise_too() -> None:
+    # The blocker is estimated at 5 min on the H800 but really runs 2 h; nothing else
+    # happens until it ends, so only the broken promise can wake the waiting job up.
+    blocker_spec = task("blocker", devices={"class": "gpu", "count": 8, "models": [H800]}, runtime_estimate=f"{300 * 2.71:.0f}s")
+    trace = [
+        TraceTask("blocker", 0.0, blocker_spec, reference_s=2 * 3600 * 2.71),
+        TraceTask("job", 60.0, _job().spec, reference_s=3600.0),
+    ]
+    nodes = [node("h0", H800, 8, stack=CUDA_STACK), node("a0", A100, 8, stack=CUDA_STACK)]
+    pools = [pool("h800", H800, ["h0"]), pool("a100", A100, ["a0"])]
+    result = Simulator([cluster()], nodes, pools, catalog_models(), CHECK).run(trace)
+    job = result.outcomes["job"]
+    assert job.model == A100
+    # Promised the H800 at 5 min; given way a minute (the grace) and a second later.
+    assert job.start_s == pytest.approx(300 + PROMISE_GRACE_S + 1, abs=2)

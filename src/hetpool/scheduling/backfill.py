@@ -154,10 +154,13 @@ class PreferredWait:
         except (KeyError, TypeError, ValueError):  # written by an older version: no promise to hold it to
             return None
 
-    def broken(self, now: datetime) -> bool:
+    def deadline(self) -> datetime:
+        """The last moment the wait is kept: the promised start plus its grace."""
         promised_wait = max((self.promised_start - self.since).total_seconds(), 0.0)
-        grace = max(PROMISE_GRACE_S, PROMISE_GRACE_SHARE * promised_wait)
-        return now > self.promised_start + timedelta(seconds=grace)
+        return self.promised_start + timedelta(seconds=max(PROMISE_GRACE_S, PROMISE_GRACE_SHARE * promised_wait))
+
+    def broken(self, now: datetime) -> bool:
+        return now > self.deadline()
 
 
 def preferred_only(spec: TaskSpec) -> TaskSpec:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 from hetpool.core.inventory import ClusterSpec, DeviceModelSpec, NodeSpec, PoolSpec
@@ -28,6 +28,7 @@ from hetpool.core.policy import QueueSpec, SchedulingPolicySpec
 from hetpool.core.quota import QuotaSpec
 from hetpool.core.tasks import Priority
 from hetpool.governance.quota import QuotaBook
+from hetpool.scheduling.backfill import PreferredWait
 from hetpool.scheduling.cycle import QueuedTask, run_cycle
 from hetpool.scheduling.estimate import runtime_on
 from hetpool.scheduling.explain import Reason
@@ -131,6 +132,7 @@ class Simulator:
             state.now = now
             state.arrive()
             state.finish()
+            state.promises_due()
             # A cycle only when something changed since the last one: the same queue on the
             # same capacity gives the same decisions.
             if state.queued and state.dirty and state.now - state.last_cycle >= self.config.min_cycle_interval_s:
@@ -171,6 +173,7 @@ class _Run:
         self.busy: dict[str, float] = dict.fromkeys(self.pool_devices, 0.0)
         self.now, self.next_arrival, self.cycles, self.core_s, self.last_cycle = 0.0, 0, 0, 0.0, -float("inf")
         self.dirty = False
+        self.promise_due: float | None = None  # when the earliest promise to a waiting task breaks
         self.max_preemptions = (self.cfg.policy or SchedulingPolicySpec()).max_preemptions
 
     def next_time(self) -> float | None:
@@ -181,6 +184,8 @@ class _Run:
             candidates.append(self.arrivals[self.next_arrival].arrival_s)
         if self.ends:
             candidates.append(self.ends[0][0])
+        if self.queued and self.promise_due is not None:
+            candidates.append(self.promise_due)  # a wait for a preferred model is past its promise
         if self.queued and self.dirty and self.last_cycle == now:
             candidates.append(now)  # evictions in the last cycle: place the preemptors now
         if self.queued and self.dirty and cfg.min_cycle_interval_s > 0 and self.last_cycle + cfg.min_cycle_interval_s > now:
@@ -247,6 +252,23 @@ class _Run:
                 self.start(decision)
             elif decision.explanation.reason in QUOTA_REASONS:
                 self.outcomes[decision.task_id].over_quota_cycles += 1
+            if not decision.admit:
+                self.keep_promise(decision)
+        deadlines = [q.preferred_wait.deadline() for q in self.queued.values() if q.preferred_wait is not None]
+        self.promise_due = (min(deadlines) - EPOCH).total_seconds() + 1.0 if deadlines else None
+
+    def keep_promise(self, decision) -> None:
+        """A task waiting for its preferred model is held to the start it was promised, as
+        live (where the server reads it back from the stored explanation): the promise goes
+        with it to its next cycle, and that cycle is due once the promise breaks even if
+        nothing else happens by then (see promises_due)."""
+        item = self.queued.get(decision.task_id)
+        if item is not None:
+            self.queued[item.id] = replace(item, preferred_wait=PreferredWait.from_explanation(decision.explanation.to_dict()))
+
+    def promises_due(self) -> None:
+        if self.promise_due is not None and self.promise_due <= self.now:
+            self.dirty, self.promise_due = True, None
 
     def quota_book(self) -> QuotaBook | None:
         """A fresh book per cycle charged with the running work, as the live scheduler
