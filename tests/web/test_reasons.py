@@ -28,8 +28,14 @@ def test_quota_and_reservation_reasons_keep_their_facts() -> None:
     assert explanation_text(exceeds, ZH) == "即使借用也超出配额 ai-lab/nlp：gpu 申请 16 > 额定 8 + 可借 4"
     blocked = stored(Reason.BLOCKED_BY_RESERVATION, blocking_task="t-0123456789", start_at="2026-01-01T10:00:00Z")
     assert (
-        explanation_text(blocked, ZH) == "受 t-0123456789 的预留所限（2026-01-01 10:00:00 开始）：现在启动会推迟该任务"
+        explanation_text(blocked, ZH) == "受 t-0123456789 的预留所限（开始时间 2026-01-01 10:00:00）：现在启动会推迟该任务"
     )  # the dashboard's time format
+
+
+def test_a_reservation_without_a_known_start() -> None:
+    held = stored(Reason.HOLDS_RESERVATION, {"not enough free devices": 2}, nodes=2, node_count=1, start_at="unknown")
+    assert explanation_text(held, EN) == held["summary"]
+    assert explanation_text(held, ZH) == "等待资源，已预留 1 个节点（开始时间 未知）——2 个节点均不可用：2 空闲设备不足"
 
 
 def test_a_filter_reason_with_its_detail_is_translated_part_by_part() -> None:

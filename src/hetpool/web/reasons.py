@@ -20,7 +20,7 @@ from typing import Any
 from hetpool.scheduling.explain import Explanation, render
 from hetpool.web.i18n import N_, Translator
 from hetpool.web.labels import label
-from hetpool.web.task_views import short_ts
+from hetpool.web.task_views import parse_ts, short_ts
 
 REASON_TEXTS = (
     # scheduling: filters and assignment
@@ -97,6 +97,7 @@ VICTIM_KINDS = (
     N_("lower-priority task(s)"),
     N_("borrowing task(s) to reclaim its quota"),
 )
+UNKNOWN_TIME = N_("unknown")  # a reservation's start when no runtime estimate gives one
 
 
 def explanation_text(pending: Mapping[str, Any] | None, tr: Translator) -> str:
@@ -115,8 +116,9 @@ def explanation_text(pending: Mapping[str, Any] | None, tr: Translator) -> str:
     if isinstance(facts.get("victim_kind"), str):
         facts["victim_kind"] = tr.reason(facts["victim_kind"])
     # Times as on the rest of the dashboard (UTC, to the second), not the API's ISO form.
+    # The core writes "unknown" for a reservation whose start no runtime estimate gives.
     for key in ("start_at", "free_at"):
         if isinstance(facts.get(key), str):
-            facts[key] = short_ts(facts[key])
+            facts[key] = short_ts(facts[key]) if parse_ts(facts[key]) else tr.reason(facts[key])
     # `reason` only translates (no %-formatting): the core fills the {fields} itself.
     return render(replace(expl, facts=facts), tr.reason)
