@@ -262,9 +262,11 @@ class _Run:
         live (where the server reads it back from the stored explanation): the promise goes
         with it to its next cycle, and that cycle is due once the promise breaks even if
         nothing else happens by then (see promises_due)."""
-        item = self.queued.get(decision.task_id)
-        if item is not None:
-            self.queued[item.id] = replace(item, preferred_wait=PreferredWait.from_explanation(decision.explanation.to_dict()))
+        item, expl = self.queued.get(decision.task_id), decision.explanation
+        waiting = expl.reason == Reason.WAITING_FOR_PREFERRED
+        promise = PreferredWait.from_explanation({"reason": expl.reason.value, **expl.facts}) if waiting else None
+        if item is not None and item.preferred_wait != promise:
+            self.queued[item.id] = replace(item, preferred_wait=promise)
 
     def promises_due(self) -> None:
         if self.promise_due is not None and self.promise_due <= self.now:
