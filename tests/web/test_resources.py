@@ -142,6 +142,10 @@ def test_pool_page_shows_profile_suitability_substitutes_and_queue(browser_clien
     assert sorted(rows.values()) == ["admitted", "admitted", "queued"]
     for task_id in npu_tasks:
         assert f'<a class="task-link" href="/tasks/{task_id}">' in html
+    # Why the third waits, in the reader's language (rendered from its reason code and facts).
+    assert re.search(r'class="note pending-reason">waiting for capacity[^<]*not enough free devices', html)
+    chinese = browser_client.get("/pools/sh-910b2-cann800?lang=zh-CN").text
+    assert re.search(r'class="note pending-reason">等待资源[^<]*空闲设备不足', chinese)
     # The old-CANN pool was ruled out for these tasks: they do not wait for it.
     other = browser_client.get("/pools/sh-910b2-cann80rc1").text
     assert not queue_rows(other) and 'id="pool-queue-empty"' in other
