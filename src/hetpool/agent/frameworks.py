@@ -21,7 +21,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 # The KB keeps its label parser private; reusing it keeps "+cu121" meaning one thing.
-from hetpool.catalog.compat import _local_build
+from hetpool.catalog.versions import local_build
 
 # normalised distribution name (PEP 503) → framework name in the compatibility KB
 FRAMEWORK_DISTRIBUTIONS = {
@@ -65,7 +65,7 @@ def normalise(name: str) -> str:
 def torch_build(version: str) -> tuple[str, str] | None:
     """The build torch's local label names: '2.4.1+cu121' → ('cuda', '12.1'),
     '+rocm6.1' → ('rocm', '6.1'), '+cpu' → ('none', ''); None without a known label."""
-    return _local_build(version)
+    return local_build(version)
 
 
 @dataclass

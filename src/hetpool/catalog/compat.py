@@ -9,7 +9,6 @@ pools were rejected) and a specific `detail` sentence for the user.
 from __future__ import annotations
 
 import copy
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -17,9 +16,10 @@ from importlib import resources
 from typing import Any
 
 import yaml
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from hetpool.catalog.names import EXTRA_PACKAGES, FAMILY_WORDS, FRAMEWORK_PACKAGES, package_key
+from hetpool.catalog.versions import build_fits, cann_base, cann_matches, cann_version_key, find_row, ints, local_build, parse_version, public
 from hetpool.core.errors import SpecError
 from hetpool.core.inventory import DeviceModelSpec, RuntimeName, SoftwareStack
 from hetpool.core.tasks import FrameworkRequest, parse_version_spec
@@ -58,77 +58,6 @@ def _fail(reason: str, detail: str, notes: list[str] | tuple[str, ...] = ()) -> 
     return CompatVerdict(False, reason, detail, tuple(notes))
 
 
-# ---------------------------------------------------------------- version helpers
-
-
-def _ints(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in re.findall(r"\d+", text))
-
-
-def _version(text: str) -> Version | None:
-    try:
-        return Version(text.strip())
-    except (InvalidVersion, AttributeError):
-        return None
-
-
-def _public(v: Version) -> Version:
-    return Version(v.public)
-
-
-def _prefix_match(key: str, version: str) -> bool:
-    """'2.4' matches 2.4.1; '8.5' matches 8.5.0 (component boundary, not string prefix)."""
-    k, v = _ints(key), _ints(version)
-    return bool(k) and v[: len(k)] == k
-
-
-def _find_row(rows: Mapping[str, Any], version: str) -> tuple[str, Mapping[str, Any]] | None:
-    """The release row for a concrete version: listed in `releases`, else longest key prefix."""
-    v = _version(version)
-    for key, row in rows.items():
-        if v is not None and any(_version(r) == _public(v) for r in row.get("releases", [])):
-            return key, row
-    for key in sorted(rows, key=lambda k: -len(_ints(k))):
-        if _prefix_match(key, version):
-            return key, rows[key]
-    return None
-
-
-_CANN_RE = re.compile(r"^(\d+)\.(\d+)\.(?:rc(\d+)|(\d+))(?:\.(.*))?$", re.IGNORECASE)
-
-
-def cann_version_key(s: str) -> tuple:
-    """Sort key for CANN versions: 8.0.RC1 < 8.0.RC2 < 8.0.RC3 < 8.0.0 < 8.0.1 < 8.1.RC1.
-
-    Builds like "8.0.RC2.alpha002" / "8.0.0.beta1" sort just before their base version.
-    """
-    m = _CANN_RE.match(s.strip())
-    if not m:
-        nums = (*_ints(s), 0, 0)
-        return (nums[0], nums[1], 1, nums[2] if len(nums) > 2 else 0, (1, 0, 0))
-    major, minor, rc, patch, tail = m.groups()
-    stage, n = (0, int(rc)) if rc is not None else (1, int(patch))
-    if not tail:
-        tail_key = (1, 0, 0)
-    elif tail.isdigit():
-        tail_key = (2, int(tail), 0)
-    else:
-        t = tail.lower()
-        kind = 0 if t.startswith("alpha") else 1 if t.startswith("beta") else 2
-        tail_key = (0, kind, (_ints(t) or (0,))[0])
-    return (int(major), int(minor), stage, n, tail_key)
-
-
-def _cann_base(key: tuple) -> tuple:
-    return (*key[:4], (1, 0, 0))
-
-
-def _cann_matches(entry: str, node: str) -> bool:
-    if len(_ints(entry)) == 2 and "rc" not in entry.lower():
-        return _prefix_match(entry, node)
-    return _cann_base(cann_version_key(entry)) == _cann_base(cann_version_key(node))
-
-
 def _reject_floats(obj: Any, where: str) -> None:
     # YAML reads an unquoted 2.10 as the float 2.1: every version must be a quoted string.
     if isinstance(obj, float):
@@ -147,28 +76,6 @@ def _deep_merge(base: dict, override: Mapping) -> dict:
         else:
             out[key] = copy.deepcopy(value)
     return out
-
-
-def _local_build(version: str) -> tuple[str, str] | None:
-    """The build a local label names: '2.4.1+cu121' -> ('cuda', '12.1'), '+rocm6.1', '+cpu'."""
-    v = _version(version)
-    if v is None or not v.local:
-        return None
-    local = v.local.lower()
-    if m := re.fullmatch(r"cu(\d\d)(\d+)", local):
-        return "cuda", f"{int(m.group(1))}.{int(m.group(2))}"
-    if m := re.fullmatch(r"rocm(\d+(?:\.\d+)*)", local):
-        return "rocm", m.group(1)
-    if local == "cpu":
-        return "none", ""
-    return None
-
-
-def _build_fits(build_family: str, family: str) -> bool:
-    # Stock CPU wheels are what torch_npu / torch_mlu / the XPU plugin run on top of.
-    if build_family == "none":
-        return family not in ("cuda", "rocm", "dtk")
-    return build_family == family or (build_family == "rocm" and family == "dtk")
 
 
 @dataclass
@@ -279,7 +186,7 @@ class CompatibilityKB:
 
     def max_cuda_for_driver(self, driver: str) -> str | None:
         """Highest CUDA the driver supports natively (by driver branch), or None."""
-        nums = _ints(driver)
+        nums = ints(driver)
         if not nums:
             return None
         branches = {int(k): str(v) for k, v in self._data.get("cuda", {}).get("driver_branches", {}).items()}
@@ -288,17 +195,17 @@ class CompatibilityKB:
 
     def _cuda_build_runs(self, build: str, driver: str) -> tuple[bool, str]:
         native = self.max_cuda_for_driver(driver)
-        if native and _ints(build)[:2] <= _ints(native)[:2]:
+        if native and ints(build)[:2] <= ints(native)[:2]:
             return True, ""
-        rule = self._data.get("cuda", {}).get("minor_version_compat", {}).get(str(_ints(build)[0]))
-        if rule and _ints(driver)[:1] >= _ints(str(rule["min_driver"]))[:1]:
+        rule = self._data.get("cuda", {}).get("minor_version_compat", {}).get(str(ints(build)[0]))
+        if rule and ints(driver)[:1] >= ints(str(rule["min_driver"]))[:1]:
             return True, (f"CUDA {build} build runs on driver {driver} through CUDA minor-version compatibility (limited feature set)")
         return False, ""
 
     def _cuda_summary(self, driver: str) -> str:
         native = self.max_cuda_for_driver(driver) or "none"
         majors = [
-            m for m, r in self._data.get("cuda", {}).get("minor_version_compat", {}).items() if _ints(driver)[:1] >= _ints(str(r["min_driver"]))[:1]
+            m for m, r in self._data.get("cuda", {}).get("minor_version_compat", {}).items() if ints(driver)[:1] >= ints(str(r["min_driver"]))[:1]
         ]
         compat = f", and {'/'.join(m + '.x' for m in sorted(majors, key=int))} builds via minor-version compatibility" if majors else ""
         return f"driver {driver} runs CUDA up to {native} natively{compat}"
@@ -314,7 +221,7 @@ class CompatibilityKB:
         if rt is not None and rt.name.value != family and {rt.name.value, family} != {"rocm", "dtk"}:
             return _fail(R_STACK_MISMATCH, f"the device needs the {family} runtime but the stack declares {rt.name.value}")
         if family == "cuda":
-            if not _ints(stack.driver):
+            if not ints(stack.driver):
                 return _fail(R_STACK_UNKNOWN, "the stack declares no NVIDIA driver version")
             notes = (f"node reports CUDA runtime {rt.version}; informational, the driver decides",) if rt else ()
             return _Runtime(family, driver=stack.driver, notes=notes)
@@ -325,7 +232,7 @@ class CompatibilityKB:
             equivalent = self._data.get("dtk", {}).get("rocm_equivalent", {}).get(rt.version)
             if equivalent:
                 version, notes = str(equivalent), (f"DTK {rt.version} treated as ROCm {equivalent} (approximation)",)
-            elif (_ints(rt.version) or (0,))[0] >= 20:
+            elif (ints(rt.version) or (0,))[0] >= 20:
                 version, notes = "", (f"DTK {rt.version} has no ROCm equivalent in the KB; ROCm builds allowed (approximation)",)
             else:
                 notes = (f"DTK {rt.version} compared as a ROCm version (approximation)",)
@@ -340,7 +247,7 @@ class CompatibilityKB:
             if cann_version_key(name) == key:
                 return name, entry
         for name, entry in releases.items():
-            if _cann_base(cann_version_key(name)) == _cann_base(key):
+            if cann_base(cann_version_key(name)) == cann_base(key):
                 return name, entry
         return None
 
@@ -353,12 +260,12 @@ class CompatibilityKB:
     def _can_run(self, fw: str, rule: Mapping[str, Any], node: _Runtime, version: str) -> tuple[bool, list[str]]:
         check = rule["check"]
         notes = [rule["note"]] if rule.get("note") else []
-        build = _local_build(version)
-        if build and not _build_fits(build[0], node.family):
-            return False, [f"installed build '+{_version(version).local}' is not for {node.family}"]
+        build = local_build(version)
+        if build and not build_fits(build[0], node.family):
+            return False, [f"installed build '+{parse_version(version).local}' is not for {node.family}"]
         if check == "any":
             return True, notes
-        v = _version(version)
+        v = parse_version(version)
         if v is None:
             return False, []
         base = v.base_version
@@ -366,18 +273,18 @@ class CompatibilityKB:
         if check == "cann-torch-npu":
             supported = self._cann_torch_versions(node.version) or []
             return (Version(base) in {Version(s) for s in supported}), notes
-        found = _find_row(rows, base)
+        found = find_row(rows, base)
         if found is None:
             return False, []
         row = found[1]
         if row.get("verified") is False:
             notes.append(f"{_DISPLAY.get(fw, fw)} {found[0]} compatibility data is not verified")
         if check == "cann-table":
-            return any(_cann_matches(str(c), node.version) for c in row.get("cann", [])), notes
+            return any(cann_matches(str(c), node.version) for c in row.get("cann", [])), notes
         if check == "cuda-builds":
             builds = [(str(b), False) for b in row.get("cuda", [])] + [(str(b), True) for b in row.get("cuda_experimental", [])]
             if build:
-                builds = [(b, exp) for b, exp in builds if _ints(b)[:2] == _ints(build[1])[:2]] or [(build[1], False)]
+                builds = [(b, exp) for b, exp in builds if ints(b)[:2] == ints(build[1])[:2]] or [(build[1], False)]
             results = [(self._cuda_build_runs(b, node.driver), b, exp) for b, exp in builds]
             # Prefer a build the driver runs natively, then a stable one.
             results.sort(key=lambda r: (bool(r[0][1]), r[2]))
@@ -391,11 +298,11 @@ class CompatibilityKB:
         if check == "rocm-builds":
             if not node.version:  # unmapped DTK: allow, a note already says so
                 return bool(row.get("rocm")), notes
-            node_v = _ints(node.version)[:2]
+            node_v = ints(node.version)[:2]
             builds = [str(b) for b in row.get("rocm", [])]
             if build:
-                builds = [b for b in builds if _ints(b)[:2] == _ints(build[1])[:2]] or [build[1]]
-            return any(_ints(b)[0] == node_v[0] and _ints(b)[:2] <= node_v for b in builds), notes
+                builds = [b for b in builds if ints(b)[:2] == ints(build[1])[:2]] or [build[1]]
+            return any(ints(b)[0] == node_v[0] and ints(b)[:2] <= node_v for b in builds), notes
         return False, []
 
     def _known_versions(self, fw: str, rule: Mapping[str, Any], node: _Runtime) -> list[str]:
@@ -407,10 +314,10 @@ class CompatibilityKB:
     def _builds(self, fw: str, versions: list[str], key: str) -> str:
         """' (CUDA builds 2.8: 12.6, 12.8, 12.9)' for the release series among `versions`."""
         rows = self._data["frameworks"][fw].get("releases", {})
-        found = dict(f for f in (_find_row(rows, v) for v in versions) if f)
+        found = dict(f for f in (find_row(rows, v) for v in versions) if f)
         parts = [
             f"{k}: {', '.join(str(b) for b in r.get(key, []) + r.get(key + '_experimental', [])) or 'none'}"
-            for k, r in sorted(found.items(), key=lambda kv: _ints(kv[0]))
+            for k, r in sorted(found.items(), key=lambda kv: ints(kv[0]))
         ]
         return f" ({'CUDA' if key == 'cuda' else 'ROCm'} builds {'; '.join(parts)})" if parts else ""
 
@@ -477,8 +384,8 @@ class CompatibilityKB:
             installed = self._installed(fw, installed_map)
             if installed is None:
                 return _fail(R_NOT_INSTALLED, f"{name} is not installed on the node and the task has no image", notes)
-            v = _version(installed)
-            if v is None or not spec.contains(_public(v), prereleases=True):
+            v = parse_version(installed)
+            if v is None or not spec.contains(public(v), prereleases=True):
                 return _fail(R_INSTALLED_MISMATCH, f"the node has {name} {installed}; the task needs {wanted}", notes)
             ok, run_notes = self._can_run(fw, rule, node, installed)
             if not ok:
@@ -508,14 +415,15 @@ class CompatibilityKB:
 
     def _cann_listed(self, fw: str, node: _Runtime) -> bool:
         rows = self._data["frameworks"][fw].get("releases", {}).values()
-        return any(_cann_matches(str(c), node.version) for row in rows for c in row.get("cann", []))
+        return any(cann_matches(str(c), node.version) for row in rows for c in row.get("cann", []))
+
+    def installed_framework(self, name: str) -> str | None:
+        """The framework an installed distribution `name` (a node's stack) is a version of:
+        the KB's names and aliases only — a node's `torch_npu` version is not PyTorch's."""
+        return self._aliases.get(package_key(name))
 
     def _installed(self, fw: str, installed: Mapping[str, str]) -> str | None:
-        # The KB's names and aliases only: a node's `torch_npu` version is not PyTorch's.
-        for key, value in installed.items():
-            if self._aliases.get(package_key(key)) == fw:
-                return value
-        return None
+        return next((value for key, value in installed.items() if self.installed_framework(key) == fw), None)
 
     def _check_extra(
         self, fw: str, extra: str, spec_text: str, request: FrameworkRequest, node: _Runtime, installed_map: Mapping[str, str]
@@ -531,8 +439,8 @@ class CompatibilityKB:
             installed = next((v for k, v in installed_map.items() if self._extras.get(package_key(k), (k,))[0] == extra), None)
             if installed is None:
                 return _fail(R_EXTRA_NOT_INSTALLED, f"{label} is not installed on the node and the task has no image")
-            v = _version(installed)
-            if v is None or not spec.contains(_public(v), prereleases=True):
+            v = parse_version(installed)
+            if v is None or not spec.contains(public(v), prereleases=True):
                 return _fail(R_EXTRA_MISMATCH, f"the node has {label} {installed}; the task needs {spec_text or 'any'}")
         entry = self._data.get("extras", {}).get(extra)
         if entry is None:
@@ -553,7 +461,7 @@ class CompatibilityKB:
         fw_spec = parse_version_spec(request.version)
         fw_rule = self._data["frameworks"][fw]["runtimes"][node.family]
         for version in versions:
-            found = _find_row(rows, str(version))
+            found = find_row(rows, str(version))
             if found is None:
                 continue
             key, row = found
@@ -561,7 +469,7 @@ class CompatibilityKB:
             if not installed and torch and not fw_spec.contains(torch, prereleases=True):
                 continue
             if on_cann:
-                if not any(_cann_matches(str(c), node.version) for c in row.get("cann", [])):
+                if not any(cann_matches(str(c), node.version) for c in row.get("cann", [])):
                     continue
             elif torch and not self._can_run(fw, fw_rule, node, torch)[0]:
                 continue

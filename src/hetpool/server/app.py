@@ -53,6 +53,7 @@ log = logging.getLogger(__name__)
 _STATUS = {
     "invalid_spec": 422,
     "unschedulable": 422,
+    "exceeds_quota": 422,
     "not_found": 404,
     "conflict": 409,
     "invalid_transition": 409,

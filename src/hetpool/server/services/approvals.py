@@ -99,6 +99,12 @@ def evaluate_task(ctx: ServiceContext, session: Session, inv: Inventory, snap: S
     return evaluate(policies, ApprovalContext.for_task(spec, **facts))
 
 
+def may_approve_over_quota(inv: Inventory, tenant: str) -> bool:
+    """Does an ApprovalPolicy of the tenant (or above) route over-quota tasks to approval?
+    Then such a task is not refused at submit: approved, it runs over quota."""
+    return any(p.over_quota for p in policies_for(_policies(inv), tenant))
+
+
 def plan_summary(verdict: ApprovalVerdict) -> dict:
     return {"needed": verdict.needed, "reasons": [r.to_dict() for r in verdict.reasons], "expire_after": verdict.expire_after}
 

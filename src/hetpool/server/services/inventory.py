@@ -15,6 +15,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from hetpool.catalog.devices import DeviceCatalog
+from hetpool.catalog.names import candidate_problems
 from hetpool.core.errors import ConflictError, NotFoundError, SpecError
 from hetpool.core.inventory import ClusterSpec, DeviceClass, DeviceModelSpec, NodeSpec, PoolSpec
 from hetpool.core.policy import QueueSpec, SchedulingPolicySpec
@@ -173,6 +174,10 @@ def _check_references(inv: Inventory, spec: BaseModel) -> list[dict[str, str]]:
         for i, price in enumerate(getattr(spec, "devices", None) or []):
             if price.model not in inv.catalog:
                 bad(f"devices[{i}].model", f"unknown device model {price.model!r} (see `hetpool get devicemodels`)")
+    elif isinstance(spec, TaskTemplateSpec):
+        # Misspelt candidates are refused here, not found later in a pending task's attempts.
+        for problem in candidate_problems(spec.defaults, (m.name for m in inv.catalog.all()), inv.pools):
+            bad(f"defaults.{problem['loc']}", problem["msg"])
     elif isinstance(spec, TenantSpec):
         if spec.parent and spec.parent not in inv.tenants:
             bad("name", f"parent tenant {spec.parent!r} does not exist; apply it first (or in the same batch)")

@@ -5,6 +5,8 @@ hetpool.governance.quota.
   over_quota(ctx, session, inv, spec)      -> why `spec` would exceed its quota even with
                                               borrowing, or None (used by approvals)
   usage(ctx, session, inv)                 -> nominal / used / borrowed / lent / headroom rows
+  never_within(ctx, inv, idle, spec)       -> the quota `spec` exceeds even with borrowing
+                                              wherever it lands (refused at submit)
 """
 
 from __future__ import annotations
@@ -15,11 +17,14 @@ from hetpool.core.tasks import TaskSpec
 from hetpool.governance.quota import QuotaBook
 from hetpool.scheduling.assign import assign
 from hetpool.scheduling.cycle import held_by
+from hetpool.scheduling.quota_fit import never_within_quota
+from hetpool.scheduling.quota_view import QuotaCeiling
 from hetpool.scheduling.running import RunningTask
+from hetpool.scheduling.snapshot import Snapshot
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.inventory import Inventory
 from hetpool.server.services.sched_state import learned_runtimes, running_tasks
-from hetpool.server.services.task_planning import current_snapshot
+from hetpool.server.services.task_planning import current_snapshot, placement_options
 
 
 def quota_book(inv: Inventory, running: list[RunningTask]) -> QuotaBook:
@@ -52,6 +57,19 @@ def over_quota(ctx: ServiceContext, session: Session, inv: Inventory, spec: Task
         return None  # cannot run at all: submission says so on its own
     verdict = book.check(spec, held_by(result))
     return None if verdict.ok else verdict.reason
+
+
+def never_within(ctx: ServiceContext, inv: Inventory, idle: Snapshot, spec: TaskSpec) -> QuotaCeiling | None:
+    """The quota `spec` can never be admitted under, even with all the borrowing its cohort
+    allows, on any placement it could have on the `idle` estate; None if some placement
+    fits. What runs now does not matter (the ceiling is nominal + the most it may borrow),
+    so the book is an empty one."""
+    if not inv.quotas:
+        return None
+    book = quota_book(inv, [])
+    if not book.applicable(spec.tenant, spec.env.value, spec.task_type.value):
+        return None
+    return never_within_quota(book, idle, spec, ctx.compat.check, **placement_options(inv, spec))
 
 
 def usage(ctx: ServiceContext, session: Session, inv: Inventory, tenants: list[str] | None = None) -> list[dict]:

@@ -14,6 +14,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from hetpool.catalog.compat import CompatibilityKB
+from hetpool.catalog.names import candidate_problems, package_key, unknown_name
 from hetpool.core.errors import SpecError
 from hetpool.core.specs import parse_spec
 from hetpool.core.states import ACTIVE_STATES
@@ -33,8 +35,10 @@ from hetpool.server.services.inventory import Inventory
 from hetpool.server.services.nodes import engine_busy, health_view
 
 
-def resolve_task_spec(inv: Inventory, raw: dict[str, Any]) -> TaskSpec:
-    """Raw task fields → TaskSpec, with the template's defaults and references checked."""
+def resolve_task_spec(inv: Inventory, raw: dict[str, Any], compat: CompatibilityKB | None = None) -> TaskSpec:
+    """Raw task fields → TaskSpec, with the template's defaults and references checked:
+    device models and pools it names must exist, and (given the compatibility KB) its
+    framework must be one the KB knows. An unknown name lists the close matches."""
     if not isinstance(raw, dict):
         raise SpecError("a task is a mapping with kind: Task")
     raw = {"kind": "Task", **raw}
@@ -58,11 +62,21 @@ def resolve_task_spec(inv: Inventory, raw: dict[str, Any]) -> TaskSpec:
     if spec.queue and spec.queue != "default" and spec.queue not in inv.queues:
         known = ", ".join(["default", *sorted(inv.queues)])
         raise SpecError(f"queue: unknown queue {spec.queue!r}; known: {known}", details=[{"loc": "queue", "msg": f"unknown queue; known: {known}"}])
-    if spec.per_worker.devices is not None:
-        for i, model in enumerate(spec.per_worker.devices.models):
-            if model not in inv.catalog:
-                raise SpecError(f"per_worker.devices.models[{i}]: unknown device model {model!r}")
+    problems = candidate_problems(spec, (m.name for m in inv.catalog.all()), inv.pools)
+    if compat is not None and spec.framework is not None:
+        problems += framework_problems(compat, spec.framework.name)
+    if problems:
+        text = "; ".join(f"{p['loc']}: {p['msg']}" for p in problems)
+        raise SpecError(f"task {spec.name!r}: {text}", details=problems)
     return spec
+
+
+def framework_problems(compat: CompatibilityKB, name: str, loc: str = "framework.name") -> list[dict]:
+    """A framework name the KB does not know (not even as a package name or alias)."""
+    known = compat.framework_names()
+    if package_key(name) in {package_key(k) for k in known}:
+        return []
+    return [unknown_name(loc, "framework", name, known)]
 
 
 def active_allocations(session: Session) -> list[Allocation]:

@@ -13,10 +13,13 @@ from hetpool.core.errors import BudgetExceededError, SpecError
 from hetpool.core.specs import spec_to_document
 from hetpool.core.states import TaskState
 from hetpool.scheduling.assign import assign
-from hetpool.scheduling.explain import explanation
+from hetpool.scheduling.explain import ETA_NONE, Explanation, Reason, explanation
+from hetpool.scheduling.quota_view import QuotaCeiling
+from hetpool.scheduling.snapshot import Snapshot
 from hetpool.server import tracing
 from hetpool.server.db.models import TaskRow
 from hetpool.server.services import approvals, audit
+from hetpool.server.services import quota as quota_service
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.cost import budget_hard_stop
 from hetpool.server.services.hot_path import cached_inventory, idle_snapshot, read_inventory
@@ -30,18 +33,35 @@ class UnschedulableError(SpecError):
     code = "unschedulable"
 
 
+class ExceedsQuotaError(SpecError):
+    """The task asks for more than one of its quotas allows even with all the borrowing its
+    cohort permits, wherever it could run: it would wait forever, so it is refused."""
+
+    code = "exceeds_quota"
+
+
+# What a plan says only of a task it would place (plan_spec): dropped for one that is refused.
+PLACED_ONLY = ("estimated_runtime_s", "estimated_runtime", "cost_per_hour", "estimated_cost", "estimated_wait_s", "backend")
+
+
 def new_task_id() -> str:
     return "t-" + secrets.token_hex(5)
 
 
 def plan(ctx: ServiceContext, session: Session, raw: dict) -> dict:
     inv = read_inventory(ctx, session)
-    spec = resolve_task_spec(inv, raw)
+    spec = resolve_task_spec(inv, raw, ctx.compat)
     snap = current_snapshot(ctx, session, inv)
     # Estimates use the template's learned runtime when the task gives none, as the
     # scheduler does; the returned task document stays what the user asked for.
     body = plan_spec(ctx, inv, snap, with_runtime(spec, learned_runtimes(session, inv)))
-    if body["fits_when_idle"]:
+    ceiling = quota_ceiling(ctx, inv, snap.emptied(), spec) if body["fits_when_idle"] else None
+    if ceiling is not None:
+        # Submit refuses it (see `submit`): no placement, no wait, no ETA to show.
+        expl = Explanation(Reason.EXCEEDS_QUOTA, True, facts={**ceiling.to_dict(), "eta_basis": ETA_NONE, "refused_at_submit": True})
+        body = {k: v for k, v in body.items() if k not in PLACED_ONLY}
+        body.update(feasible=False, placements=[], chosen=None, reasons={}, explanation=expl.to_dict())
+    elif body["fits_when_idle"]:
         body.update(plan_estimate(ctx, session, inv, snap, spec))
     body["approval"] = approvals.plan_summary(approvals.evaluate_task(ctx, session, inv, snap, spec))
     body["task"] = spec_to_document(spec)
@@ -51,14 +71,19 @@ def plan(ctx: ServiceContext, session: Session, raw: dict) -> dict:
 @tracing.traced_submit  # root span of the task's trace (no-op unless HETPOOL_TRACING is on)
 def submit(ctx: ServiceContext, session: Session, raw: dict, actor: str) -> TaskRow:
     inv, inventory_key = cached_inventory(ctx.hot_path, ctx, session)
-    spec = resolve_task_spec(inv, raw)
-    idle = assign(idle_snapshot(ctx.hot_path, session, inv, inventory_key), spec, ctx.compat.check, **placement_options(inv, spec))
+    spec = resolve_task_spec(inv, raw, ctx.compat)
+    idle_snap = idle_snapshot(ctx.hot_path, session, inv, inventory_key)
+    idle = assign(idle_snap, spec, ctx.compat.check, **placement_options(inv, spec))
     if not idle.feasible:
         info = explanation(idle, False)
         raise UnschedulableError(
             f"task {spec.name!r} cannot run on any pool, even when idle: {info['summary']}",
             details=[{"loc": reason, "msg": f"{count} node(s)"} for reason, count in idle.reasons.most_common()],
         )
+    ceiling = quota_ceiling(ctx, inv, idle_snap, spec)
+    if ceiling is not None:
+        text = ceiling_text(ceiling)
+        raise ExceedsQuotaError(f"task {spec.name!r} refused: {text}", details=[{"loc": "quota", "msg": text, **ceiling.to_dict()}])
     stop = budget_hard_stop(ctx, session, inv, spec.tenant)
     if stop:
         raise BudgetExceededError(f"task {spec.name!r} refused: {stop}", details=[{"loc": "tenant", "msg": stop}])
@@ -94,3 +119,26 @@ def submit(ctx: ServiceContext, session: Session, raw: dict, actor: str) -> Task
     if verdict.needed:
         approvals.open_task_request(ctx, session, row, spec, verdict, actor)
     return row
+
+
+def quota_ceiling(ctx: ServiceContext, inv, idle: Snapshot, spec) -> QuotaCeiling | None:
+    """The quota `spec` could never run under (wherever it lands, borrowing all it may),
+    unless an approval policy lets it run over quota: then it goes to approval instead of
+    being refused (docs/governance.md)."""
+    if approvals.may_approve_over_quota(inv, spec.tenant):
+        return None
+    return quota_service.never_within(ctx, inv, idle, spec)
+
+
+def ceiling_text(c: QuotaCeiling) -> str:
+    """'exceeds quota nlp even with borrowing: gpu 8 requested > 4 nominal + at most 2 borrowed (borrowing limit 2)'."""
+    if c.borrowing_limit is None:
+        limit = f"no borrowing limit; sibling quotas can lend at most {c.borrowable:g}"
+    elif c.borrowable < c.borrowing_limit:
+        limit = f"borrowing limit {c.borrowing_limit:g}, but sibling quotas can lend at most {c.borrowable:g}"
+    else:
+        limit = f"borrowing limit {c.borrowing_limit:g}"
+    return (
+        f"exceeds quota {c.quota} even with borrowing: {c.resource} {c.requested:g} requested > "
+        f"{c.nominal:g} nominal + at most {c.borrowable:g} borrowed ({limit})"
+    )
