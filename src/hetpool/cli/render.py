@@ -86,6 +86,9 @@ def plan_report(plan: PlanResponse) -> None:
                 console.print(f"[red]cannot dispatch[/red]: {gap['reason']}")
             for limit in backend.get("limits", []):
                 console.print(f"engine limits: {limit['feature']}: {limit['reason']}")
+    elif plan.explanation.get("reason") == "exceeds_quota":
+        # A verdict, not a wait: submit refuses it (422 exceeds_quota).
+        console.print(f"[red]refused at submit[/red] — {plan.explanation['summary']}")
     else:
         colour = "red" if not plan.fits_when_idle else "yellow"
         console.print(f"[{colour}]not feasible now[/{colour}] — {plan.explanation['summary']}")
