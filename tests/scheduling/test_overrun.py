@@ -195,3 +195,10 @@ def test_the_simulator_holds_a_wait_to_its_promise_too() -> None:
     assert job.model == A100
     # Promised the H800 at 5 min; given way a minute (the grace) and a second later.
     assert job.start_s == pytest.approx(300 + PROMISE_GRACE_S + 1, abs=2)
+
+
+def test_a_promise_at_the_end_of_the_calendar_does_not_break_the_cycle() -> None:
+    far = PreferredWait(H800, datetime.max.replace(tzinfo=UTC) - timedelta(seconds=1), T0)
+    assert not far.broken(T0 + timedelta(days=365))
+    decision = _cycle(timedelta(minutes=1), far)
+    assert not decision.admit and _facts(decision)["reason"] == "waiting_for_preferred"

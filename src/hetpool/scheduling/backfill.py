@@ -157,7 +157,10 @@ class PreferredWait:
     def deadline(self) -> datetime:
         """The last moment the wait is kept: the promised start plus its grace."""
         promised_wait = max((self.promised_start - self.since).total_seconds(), 0.0)
-        return self.promised_start + timedelta(seconds=max(PROMISE_GRACE_S, PROMISE_GRACE_SHARE * promised_wait))
+        try:
+            return self.promised_start + timedelta(seconds=max(PROMISE_GRACE_S, PROMISE_GRACE_SHARE * promised_wait))
+        except OverflowError:  # a promise at the end of the calendar: no grace to add
+            return self.promised_start
 
     def broken(self, now: datetime) -> bool:
         return now > self.deadline()
