@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from hetpool.core.inventory import TaskType
-from hetpool.scheduling.assign import assign
+from hetpool.scheduling.assign import REASON_ACROSS_MODELS, assign
 from hetpool.scheduling.cycle import QueuedTask
 from hetpool.scheduling.filters import REASON_GANG
 from hetpool.scheduling.forecast import forecast_starts
@@ -54,6 +54,9 @@ def test_a_gang_that_only_fits_across_models_waits_unless_mixing_is_allowed() ->
     snap = _estate(a100_nodes=1)
     strict = assign(snap, _gang(), CHECK)
     assert not strict.feasible and strict.reasons[REASON_GANG] == 2
+    # The way out is named: the workers would fit across models.
+    assert strict.reasons[REASON_ACROSS_MODELS] == 1
+    assert "set devices.mix_models: true" in strict.attempts[-1].details[-1]
     mixed = assign(snap, _gang(devices={"mix_models": True}), CHECK)
     assert mixed.feasible and {p.model for p in mixed.placements} == {A100, H800}
     assert [a.label for a in mixed.attempts] == ["class gpu"]

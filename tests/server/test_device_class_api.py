@@ -95,7 +95,8 @@ def test_a_gang_larger_than_any_one_model_needs_mix_models(demo: TestClient) -> 
     """Three 8-device workers: one H800 node and two A100 nodes hold them only mixed."""
     spec = {"name": "big-ddp", "tenant": TENANT, **DDP, "workers": 3}
     assert not _plan(demo, **spec)["fits_when_idle"]
-    assert demo.post("/api/v1/tasks", json=spec).status_code == 422
+    refused = demo.post("/api/v1/tasks", json=spec)
+    assert refused.status_code == 422 and "fits only across device models (mix_models is off)" in refused.text
     mixed = {**spec, "per_worker": {**DDP["per_worker"], "devices": {"class": "gpu", "count": 8, "mix_models": True}}}
     plan = _plan(demo, **mixed)
     assert plan["feasible"] and {p["model"] for p in plan["placements"]} == {"nvidia-h800", "nvidia-a100-80g"}

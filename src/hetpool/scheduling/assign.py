@@ -38,6 +38,7 @@ from hetpool.scheduling.snapshot import PoolView, Snapshot
 
 REASON_UNKNOWN_CANDIDATE = "unknown device model or pool"
 REASON_NO_POOLS = "no pool offers the requested devices"
+REASON_ACROSS_MODELS = "the gang fits only across device models (mix_models is off)"
 SPREAD_TYPES = {TaskType.INFERENCE}
 
 
@@ -502,7 +503,25 @@ def assign(
                 attempt.outcome = "fit"
                 return Assignment(feasible=True, placements=placements, fallback_used=group.rank > 0, attempts=attempts, chosen=group.label)
         _explain_no_fit(snap, task, row_arr, fractions, same, attempt)
+    if one_model_gang(task):
+        _note_fit_across_models(task, candidate_groups(snap, task), attempts)
     return Assignment(feasible=False, placements=[], fallback_used=False, attempts=attempts)
+
+
+def _note_fit_across_models(task: TaskSpec, groups: list[_Group], attempts: list[Attempt]) -> None:
+    """A gang that would fit if its workers could mix device models says so, on the last
+    model tried of that choice: the user then knows `mix_models` is the way out."""
+    fit: Counter = Counter()
+    models: Counter = Counter()
+    last: dict[int, Attempt] = {}
+    for group, attempt in zip(groups, attempts, strict=False):  # one attempt per group tried
+        fit[group.rank] += attempt.workers_fit
+        models[group.rank] += 1
+        last[group.rank] = attempt
+    for rank, attempt in last.items():
+        if models[rank] > 1 and fit[rank] >= task.workers:
+            attempt.reasons[REASON_ACROSS_MODELS] += 1
+            attempt.details.append(f"{fit[rank]} of {task.workers} workers fit across device models; set devices.mix_models: true to allow that")
 
 
 def _place_in_a_part(snap, task, row_arr, fractions, fit, same: str, spread: bool, commit: bool) -> list[WorkerPlacement] | None:

@@ -47,6 +47,7 @@ REASON_TEXTS = (
     N_("no NVLink/HCCS island with enough free devices"),
     N_("unknown device model or pool"),
     N_("no pool offers the requested devices"),
+    N_("the gang fits only across device models (mix_models is off)"),
     # scheduling: the cycle
     N_("set aside"),
     N_("quota exceeded"),
