@@ -3,6 +3,7 @@ and the snapshot operations the cycle relies on."""
 
 from __future__ import annotations
 
+from dataclasses import fields
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -217,3 +218,17 @@ def test_snapshot_health_mask(unhealthy: set[str]) -> None:
     nodes = [node("g0", "nvidia-h100"), node("g1", "nvidia-h100"), node("g2", "nvidia-h100", schedulable=False)]
     snap = make_snapshot(nodes, [pool("h100", "nvidia-h100", ["g0", "g1", "g2"])], unhealthy_nodes=unhealthy)
     assert snap.node_healthy.tolist() == [True, "g1" not in unhealthy, False]
+
+
+# ------------------------------------------------------------------ snapshot caches as fields
+
+
+def test_snapshot_caches_are_declared_fields_shared_by_copies() -> None:
+    snap = _two_h100_nodes()
+    declared = {f.name for f in fields(snap)}
+    assert {"compat_cache", "group_cache", "perf_cache", "unit_factors", "row_price", "node_feature_sets"} <= declared
+    clone = snap.copy()
+    assert clone.compat_cache is snap.compat_cache and clone.group_cache is snap.group_cache
+    run_cycle(clone, [_q("t", 0, devices={"class": "gpu"})], CHECK, T0)
+    assert snap.compat_cache  # verdicts computed on the copy are kept for the next cycle
+    assert clone.free_cpu is not snap.free_cpu

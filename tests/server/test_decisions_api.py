@@ -61,17 +61,19 @@ def _busy_estate(api: TestClient, ctx: ServiceContext) -> None:
     for name, hours in (("pinned-0", 2), ("pinned-1", 3)):
         _submit(api, name, {"class": "gpu", "models": [H100], "count": 4}, priority="low", preemptible=False, runtime_estimate=f"{hours}h")
         schedule_once(ctx)
+    ctx.clock.advance(60)
 
 
 def test_a_task_held_back_by_a_reservation_is_shown_blocked_and_the_head_has_its_start(ctx: ServiceContext, api: TestClient) -> None:
     _busy_estate(api, ctx)
     gang = _submit(api, "gang", {"class": "gpu", "models": [H100], "count": 8}, workers=2)
+    ctx.clock.advance(60)  # the test clock stands still: the gang is the older, so the head
     small = _submit(api, "small", {"class": "gpu", "models": [H100], "count": 1})
     result = schedule_once(ctx)
     assert not any(d.victims for d in result.decisions)
 
     head = _pending(api, gang)
-    assert head["reason"] == "holds_reservation" and head["reservation"]["start_at"] is not None
+    assert head["reason"] == "holds_reservation" and head["reservation"]["start_at"] is not None, head
     # The reserved start is what the head is told (not null, never later than the reservation).
     assert head["estimated_start"] == head["reservation"]["start_at"]
     assert head["eta_basis"] in ("forecast", "reservation")

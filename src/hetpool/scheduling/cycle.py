@@ -56,7 +56,8 @@ from hetpool.scheduling.explain import Explanation, Reason, from_assignment
 from hetpool.scheduling.filters import CompatCheck, memoized
 from hetpool.scheduling.forecast import attach_estimates
 from hetpool.scheduling.queueing import QueueOrder, effective_rank, route
-from hetpool.scheduling.quota_view import QuotaLedger
+from hetpool.scheduling.quota_fit import never_within_quota
+from hetpool.scheduling.quota_view import QuotaCeiling, QuotaLedger
 from hetpool.scheduling.running import RunningTask, revise_overruns
 from hetpool.scheduling.snapshot import Snapshot
 
@@ -272,8 +273,7 @@ def gate(cx: CycleInputs, st: CycleState, cand: Candidate) -> Decision | None:
     ceiling = _quota_ceiling(cx, st, cand)  # first: a verdict cached for the shape may be another tenant's
     if ceiling is not None:
         # Never admitted as it stands, whatever finishes: no reservation, no preemption, no ETA.
-        idle = st.idle_results[cand.shape]
-        info = Explanation(Reason.EXCEEDS_QUOTA, True, {REASON_QUOTA: 1}, [a.to_dict() for a in idle.attempts], ceiling.to_dict())
+        info = Explanation(Reason.EXCEEDS_QUOTA, True, {REASON_QUOTA: 1}, facts=ceiling.to_dict())
         return Decision(item.id, False, NO_PLACEMENT, info, q.name)
     cached = st.failed_shapes.get(cand.shape)
     if cached is not None:
@@ -296,12 +296,17 @@ def _idle_result(cx: CycleInputs, st: CycleState, cand: Candidate) -> Assignment
     return st.idle_results[cand.shape]
 
 
-def _quota_ceiling(cx: CycleInputs, st: CycleState, cand: Candidate):
-    """The quota the task could never be admitted under (None: it could be, or no quotas)."""
+def _quota_ceiling(cx: CycleInputs, st: CycleState, cand: Candidate) -> QuotaCeiling | None:
+    """The quota the task could never be admitted under, on any placement it could have on
+    the idle estate (None: it could be, no quotas, or approved over quota). Once per shape
+    and tenant in a cycle: the answer does not depend on what runs."""
     if not cx.quota or cand.item.quota_exempt:
         return None
-    idle = _idle_result(cx, st, cand)
-    return cx.quota.ceiling(cand.spec, held_by(idle)) if idle.feasible else None
+    spec = cand.spec
+    key = (cand.shape, spec.tenant, spec.env, spec.task_type)
+    if key not in st.ceilings:
+        st.ceilings[key] = never_within_quota(cx.quota, st.idle(cx.snapshot), spec, cx.compat_check, **cand.kwargs)
+    return st.ceilings[key]
 
 
 # ----------------------------------------------------------------- 4. fit

@@ -61,6 +61,7 @@ class CycleState:
     lowest_preemptible: int  # cheap guard before scanning running work for victims on every waiting task
     failed_shapes: dict[str, Decision] = field(default_factory=dict)
     idle_results: dict[str, Assignment] = field(default_factory=dict)  # per shape: its placement on the idle estate
+    ceilings: dict[tuple, object] = field(default_factory=dict)  # per shape and tenant: the quota it could never be admitted under
     reservations: dict[str, Reservation] = field(default_factory=dict)  # per queue: its blocked head's reservation
     reserved_masks: dict[str, np.ndarray] = field(default_factory=dict)  # per reserving task: its nodes
     evicting: set[str] = field(default_factory=set)
