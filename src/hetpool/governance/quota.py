@@ -197,8 +197,7 @@ class QuotaBook:
         the simulator both build their book this way, so they agree on who borrows."""
         for r in sorted(running, key=lambda r: (r.started_at, r.id)):
             held = [
-                Held(a.pool, self.pool_models.get(a.pool, ""), len(a.device_indices) * a.device_fraction, a.cpu, a.memory_gb)
-                for a in r.allocations
+                Held(a.pool, self.pool_models.get(a.pool, ""), len(a.device_indices) * a.device_fraction, a.cpu, a.memory_gb) for a in r.allocations
             ]
             self.charge(r.id, (r.tenant, r.env, r.task_type.value), held)
 
