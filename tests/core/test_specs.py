@@ -258,7 +258,8 @@ def test_apply_template_task_values_win_and_per_worker_merges() -> None:
     assert merged["priority"] == "high"  # from the template
     assert merged["image"] == "img:template"
     assert merged["features"] == ["bf16"]
-    assert merged["per_worker"] == {"devices": {"class": "gpu", "count": 8.0, "models": [], "min_memory_gb": 0.0}, "cpu": 8, "memory_gb": 256.0}
+    devices = {"class": "gpu", "count": 8.0, "models": [], "min_memory_gb": 0.0, "mix_models": False}
+    assert merged["per_worker"] == {"devices": devices, "cpu": 8, "memory_gb": 256.0}
     assert merged["env_vars"] == {"A": "1", "B": "task"}
     spec = TaskSpec.model_validate(merged)
     assert spec.task_type is TaskType.TRAINING

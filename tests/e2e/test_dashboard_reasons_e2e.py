@@ -34,7 +34,31 @@ def _a_task_waiting_for_npus(admin_api: httpx.Client) -> str:
     raise AssertionError(f"no task waits with a reason: {tasks}")
 
 
+def _cancel_the_hogs(admin_api: httpx.Client) -> None:
+    """Cancel the jobs and wait until they have ended: the local engine's processes outlive
+    the server (work survives a restart), and a leftover `sleep` would keep its run-as uid
+    busy for the engine tests that run next."""
+    terminal = ("succeeded", "failed", "cancelled")
+    hogs = [t for t in admin_api.get("/api/v1/tasks").json() if t["name"].startswith("npu-hog-")]
+    for task in hogs:
+        if task["state"] not in terminal:
+            admin_api.post(f"/api/v1/tasks/{task['id']}/cancel")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if all(admin_api.get(f"/api/v1/tasks/{t['id']}").json()["state"] in terminal for t in hogs):
+            return
+        time.sleep(0.5)
+    raise AssertionError("the npu-hog jobs did not end after being cancelled")
+
+
 def test_a_waiting_tasks_reason_in_chinese_and_in_english(page, live_server, admin_api: httpx.Client) -> None:
+    try:
+        _check_the_reason_in_both_languages(page, live_server, admin_api)
+    finally:
+        _cancel_the_hogs(admin_api)
+
+
+def _check_the_reason_in_both_languages(page, live_server, admin_api: httpx.Client) -> None:
     task_id = _a_task_waiting_for_npus(admin_api)
     pending = admin_api.get(f"/api/v1/tasks/{task_id}").json()["pending"]
     assert "not enough free devices" in pending["summary"]  # the API keeps its English summary
@@ -61,7 +85,3 @@ def test_a_waiting_tasks_reason_in_chinese_and_in_english(page, live_server, adm
     assert text.startswith("waiting for capacity") and "not enough free devices" in text, text
     assert "nodes available" in text
     screenshot(page, "task-waiting-en")
-
-    for task in admin_api.get("/api/v1/tasks").json():
-        if task["name"].startswith("npu-hog-") and task["state"] not in ("succeeded", "failed", "cancelled"):
-            admin_api.post(f"/api/v1/tasks/{task['id']}/cancel")

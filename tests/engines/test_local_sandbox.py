@@ -109,9 +109,11 @@ def test_each_task_gets_a_uid_of_its_own_that_is_released_when_it_ends(make) -> 
 
 
 def test_a_reused_uid_finds_nothing_of_the_task_before_it(make) -> None:
-    backend = make(run_as_uid_range="60990-60990")  # one uid: the second task must get it again
+    # One uid, outside the default range (60600-61099) that servers of concurrent tests lease
+    # from: the second task must get it again.
+    backend = make(run_as_uid_range="61100-61100")
     first = (
-        "echo keep > $HOME/file; echo keep > /tmp/hetpool-leftover-60990; mkdir /dev/shm/hp-left-60990; "
+        "echo keep > $HOME/file; echo keep > /tmp/hetpool-leftover-61100; mkdir /dev/shm/hp-left-61100; "
         "setsid sleep 300 >/dev/null 2>&1 < /dev/null & echo escaped=$!; sleep 0.2"
     )
     phase, out = run(backend, "first", first)
@@ -119,23 +121,23 @@ def test_a_reused_uid_finds_nothing_of_the_task_before_it(make) -> None:
     escaped = int(re.search(r"escaped=(\d+)", out).group(1))
     wait_for(lambda: gone(escaped), "the process that left the group to be killed with its uid")
     second = (
-        "id -u; ls /tmp/hetpool-leftover-60990 /dev/shm/hp-left-60990 2>&1 | grep -c 'No such'; "
+        "id -u; ls /tmp/hetpool-leftover-61100 /dev/shm/hp-left-61100 2>&1 | grep -c 'No such'; "
         "ps -o stat=,comm= -u $(id -u) | grep -v '^Z' | grep -c sleep; true"  # a zombie runs nothing
     )
     phase, out = run(backend, "second", second)
     assert phase is JobPhase.SUCCEEDED
-    assert out.split() == ["60990", "2", "0"]
+    assert out.split() == ["61100", "2", "0"]
     assert leases(backend) == []
 
 
 def test_a_full_uid_range_fails_the_task_with_the_reason(make) -> None:
-    backend = make(run_as_uid_range="60991-60991")
+    backend = make(run_as_uid_range="61101-61101")
     holder = backend.submit(request("holder", "echo up; sleep 60"))
     wait_for(lambda: read_all(backend, holder), "the first task to start")
     handle = backend.submit(request("starved", "echo never"))
     status = wait_terminal(backend, handle)
     assert status.phase is JobPhase.FAILED and status.exit_code == 126
-    assert "no free uid in run_as_uid_range 60991-60991" in read_all(backend, handle)
+    assert "no free uid in run_as_uid_range 61101-61101" in read_all(backend, handle)
     assert "never" not in read_all(backend, handle)
 
 
@@ -225,13 +227,13 @@ def test_two_servers_on_one_host_never_hand_out_the_same_uid(make, tmp_path: Pat
     # A stand-in for the other server's live runner: what /proc shows of one.
     runner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "hetpool.engines.local.runner", str(other_job), "0"])
     (other_job / "worker-0" / "pid").write_text(str(runner.pid))
-    lease = UID_LEASES / "60992"
+    lease = UID_LEASES / "61102"
     UID_LEASES.mkdir(parents=True, exist_ok=True)
     lease.write_text(f"{other_job} 0")
     try:
-        backend = make(run_as_uid_range="60992-60992")
+        backend = make(run_as_uid_range="61102-61102")
         phase, out = run(backend, "second", "id -u")
-        assert phase is JobPhase.FAILED and "no free uid in run_as_uid_range 60992-60992" in out
+        assert phase is JobPhase.FAILED and "no free uid in run_as_uid_range 61102-61102" in out
         assert lease.read_text() == f"{other_job} 0"
     finally:
         runner.kill()

@@ -11,9 +11,9 @@ both rules against this list.
   lifecycle    task_lifecycle (the task state machine: transition, cancel, preempt), reclaim
   inventory    agent_nodes, inventory, users, cost, capacity_whatif, auto_pools,
                nodes (agents, liveness, device health), connector_sync
-  placement    hot_path (cached inventory, idle snapshot), sched_state (running work,
-               learned runtimes, the scheduler's snapshot), task_planning (spec
-               resolution, live snapshot, placement, engine fit)
+  placement    hot_path (cached inventory, idle snapshot), task_planning (spec
+               resolution, live snapshot, placement, engine fit), sched_state (running
+               work, learned runtimes, the scheduler's snapshot, plan estimates)
   governance   quota, approvals
   tasks        task_views (the task as the API shows it, listing, logs), tasks (plan and
                submit), idempotency
