@@ -52,7 +52,14 @@ from hetpool.scheduling.cycle_state import (
     take,
     units,
 )
-from hetpool.scheduling.explain import Explanation, Reason, from_assignment
+from hetpool.scheduling.explain import (
+    UNKNOWN_START_TEXT,
+    VICTIMS_BORROWING_TEXT,
+    VICTIMS_LOWER_PRIORITY_TEXT,
+    Explanation,
+    Reason,
+    from_assignment,
+)
 from hetpool.scheduling.filters import CompatCheck, memoized
 from hetpool.scheduling.forecast import attach_estimates
 from hetpool.scheduling.queueing import QueueOrder, effective_rank, route
@@ -377,13 +384,13 @@ def leave_waiting(cx: CycleInputs, st: CycleState, cand: Candidate, result: Assi
     if blocker is not None:
         # It would start now but for a reservation it must not delay: no preemption helps.
         start_at = blocker.start_at.isoformat() if blocker.start_at else None
-        facts = {"blocking_task": blocker.task_id, "start_at": start_at or "unknown", "blocking_start_at": start_at}
+        facts = {"blocking_task": blocker.task_id, "start_at": start_at or UNKNOWN_START_TEXT, "blocking_start_at": start_at}
         decision.explanation = _retold(decision.explanation, Reason.BLOCKED_BY_RESERVATION, **facts)
     elif fits_idle:
         outcome = plan_preemption(cx, st, cand, fits_idle)
         if outcome.victims:
             decision.victims, decision.preemption_reason = outcome.victims, outcome.reason
-            kind = "borrowing task(s) to reclaim its quota" if outcome.reclaims else "lower-priority task(s)"
+            kind = VICTIMS_BORROWING_TEXT if outcome.reclaims else VICTIMS_LOWER_PRIORITY_TEXT
             facts = {"victim_count": len(outcome.victims), "victim_kind": kind, "preempting": list(outcome.victims)}
             decision.explanation = _retold(decision.explanation, Reason.PREEMPTING, **facts)
             return
@@ -435,7 +442,7 @@ def reserve_or_block(cx: CycleInputs, st: CycleState, cand: Candidate, decision:
         # Still held back by another head's reservation (or its quota): it says so, and shows its own.
         decision.explanation.with_facts(reservation=reservation)
         return
-    facts = {"reservation": reservation, "node_count": len(held.nodes), "start_at": start_at or "unknown"}
+    facts = {"reservation": reservation, "node_count": len(held.nodes), "start_at": start_at or UNKNOWN_START_TEXT}
     decision.explanation = _retold(decision.explanation, Reason.HOLDS_RESERVATION, **facts)
 
 

@@ -69,6 +69,12 @@ SUMMARY_TEMPLATES: dict[Reason, str] = {
 # FITS when the placement is on a substitute (a fallback or a later any_of entry).
 FITS_FALLBACK_TEMPLATE = "fits now with fallback to {chosen}: {workers} worker(s), first on {node} ({model})"
 
+# The words filled into {victim_kind} of PREEMPTING, and into a start nobody can estimate
+# (marked for translation like the templates: the dashboard translates these facts too).
+VICTIMS_LOWER_PRIORITY_TEXT = "lower-priority task(s)"
+VICTIMS_BORROWING_TEXT = "borrowing task(s) to reclaim its quota"
+UNKNOWN_START_TEXT = "unknown"
+
 # How an estimated start was computed (the `eta_basis` fact).
 ETA_FORECAST = "forecast"  # the queue forecast walked running ends and the tasks ahead
 ETA_RESERVATION = "reservation"  # the start of the nodes held for it
