@@ -84,6 +84,33 @@ def test_a_task_held_back_by_a_reservation_is_shown_blocked_and_the_head_has_its
     assert blocked["blocking_task"] == gang and blocked["start_at"] == head["reservation"]["start_at"]
     assert blocked["summary"].startswith(f"held back by the reservation of {gang} (starts ")
 
+    # `plan` runs the scheduler's own cycle with the planned task added: it says the same.
+    body = {"name": "small-2", "tenant": "org/a", "type": "training", "image": "img", "command": "true"}
+    body |= {"per_worker": {"devices": {"class": "gpu", "models": [H100], "count": 1}, "cpu": 1, "memory_gb": 1}}
+    plan = api.post("/api/v1/tasks/plan", json=body).json()
+    assert plan["feasible"] is False and plan["placements"] == []
+    assert plan["explanation"]["reason"] == "blocked_by_reservation" and plan["explanation"]["blocking_task"] == gang
+    # The gang gives no runtime estimate: once it starts, nothing says when H100s free up.
+    assert plan["explanation"]["eta_basis"] == blocked["eta_basis"] == "beyond_horizon"
+    assert plan["estimated_start"] is None and "no start within the forecast horizon" in plan["explanation"]["summary"]
+
+
+def test_plan_says_a_high_priority_task_would_preempt_and_a_lone_one_fits(ctx: ServiceContext, api: TestClient) -> None:
+    _busy_estate(api, ctx)
+    body = {"name": "urgent", "tenant": "org/b", "type": "training", "image": "img", "command": "true"}
+    body |= {"per_worker": {"devices": {"class": "gpu", "models": [A100], "count": 8}, "cpu": 1, "memory_gb": 1}}
+    plan = api.post("/api/v1/tasks/plan", json={**body, "priority": "high"}).json()
+    assert plan["feasible"] is False and plan["explanation"]["reason"] == "preempting"
+    assert plan["explanation"]["victim_count"] == 1
+    assert api.get("/api/v1/tasks?state=running").status_code == 200
+    # Nothing was evicted by planning.
+    assert all(t["state"] != "preempting" for t in api.get("/api/v1/tasks").json())
+
+    idle = {**body, "name": "small-cpu", "per_worker": {"cpu": 1, "memory_gb": 1}, "type": "general"}
+    plan = api.post("/api/v1/tasks/plan", json=idle).json()
+    assert plan["feasible"] is True and plan["explanation"]["reason"] == "fits"
+    assert plan["queue_position"] == 0 and plan["estimated_wait_s"] == 0 and plan["placements"]
+
 
 def test_a_queued_task_whose_quota_shrank_below_its_request_exceeds_quota(ctx: ServiceContext, api: TestClient) -> None:
     _busy_estate(api, ctx)

@@ -332,7 +332,7 @@ def attach_estimates(snapshot, working, waiting, running, decisions: list[Decisi
             expl.with_facts(estimate_error=errors[item.id])
         est = estimates.get(item.id)
         if est is not None:
-            expl.with_facts(position=est.position, **_eta_facts(est.start_at, _reserved_start(expl), now, horizon))
+            expl.with_facts(position=est.position, estimated_pool=est.pool, **_eta_facts(est.start_at, _reserved_start(expl), now, horizon))
 
 
 # Reasons whose task cannot start as it stands: no forecast, no position.

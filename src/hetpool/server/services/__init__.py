@@ -13,8 +13,9 @@ both rules against this list.
                nodes (agents, liveness, device health), connector_sync
   placement    hot_path (cached inventory, idle snapshot), task_planning (spec
                resolution, live snapshot, placement, engine fit), sched_state (running
-               work, learned runtimes, the scheduler's snapshot, plan estimates)
-  governance   quota, approvals
+               work, learned runtimes, the scheduler's snapshot)
+  governance   quota, approvals, cycle_inputs (what a cycle reads: for the scheduler
+               and for plan, which runs the same cycle with the planned task added)
   tasks        task_views (the task as the API shows it, listing, logs), tasks (plan and
                submit), idempotency
   views        stats, profiles, resources_view, governance_view

@@ -14,18 +14,13 @@ from hetpool.core.inventory import TaskType
 from hetpool.core.specs import parse_spec
 from hetpool.core.states import ACTIVE_STATES, TaskState
 from hetpool.core.tasks import Priority, TaskSpec
-from hetpool.scheduling.assign import assign
-from hetpool.scheduling.backfill import PreferredWait, prefer_waiting, preferred_only
-from hetpool.scheduling.cycle import QueuedTask
 from hetpool.scheduling.estimate import runtime_on
-from hetpool.scheduling.explain import ETA_BEYOND_HORIZON, ETA_FORECAST, Explanation
-from hetpool.scheduling.forecast import end_after, forecast_starts
+from hetpool.scheduling.forecast import end_after
 from hetpool.scheduling.running import BASIS_ESTIMATE, BASIS_HISTORY, RunningTask, revise_overruns
 from hetpool.scheduling.snapshot import Allocation, Snapshot, build_snapshot
 from hetpool.server.db.models import InventoryObjectRow, PlacementRow, TaskRow
 from hetpool.server.services.inventory import Inventory
 from hetpool.server.services.nodes import engine_busy, health_view
-from hetpool.server.services.task_planning import placement_options
 
 HISTORY_SAMPLES = 20
 
@@ -216,79 +211,6 @@ def _apply(snap: Snapshot, a: Allocation, *, release: bool) -> None:
         n = snap.node_by_name[a.node]
         snap.free_cpu[n] -= sign * a.cpu
         snap.free_mem[n] -= sign * a.memory_gb
-
-
-def plan_estimate(ctx, session: Session, inv: Inventory, snap: Snapshot, spec: TaskSpec) -> dict:
-    """Queue position and estimated start for a task that is not submitted yet.
-
-    It would join behind every queued task of its priority or higher, so the forecast
-    runs over those and then this one. When the scheduler would have it wait for its
-    preferred model rather than start now on a substitute (as a new task: it has been
-    promised nothing yet), the plan says so: not feasible now, the waiting explanation,
-    and the start on the preferred model — as the cycle would decide and estimate.
-    """
-    now = ctx.clock.now()
-    learned = learned_runtimes(session, inv)
-    running = running_tasks(session, inv, learned, now)
-    models = {m.name: m for m in inv.catalog.all()}
-    ahead, banked = [], {}
-    rank = spec.priority.rank
-    for row in session.execute(select(TaskRow).where(TaskRow.state == TaskState.QUEUED.value, TaskRow.priority_rank >= rank)).scalars():
-        try:
-            queued_spec = with_runtime(parse_spec(row.spec), learned)
-        except Exception:  # a stale spec does not block the estimate
-            continue
-        promise = PreferredWait.from_explanation(row.pending_explanation)
-        if promise is not None:  # it waits for its preferred model: it starts there
-            queued_spec = preferred_only(queued_spec)
-            _bank(banked, queued_spec, promise.model, models)
-        ahead.append(QueuedTask(row.id, queued_spec, row.queued_at))
-    ahead.sort(key=lambda q: (-q.spec.priority.rank, q.queued_at, q.id))
-    mine_spec = with_runtime(spec, learned)
-    waiting = _would_wait_for_preferred(ctx, inv, snap, mine_spec, running, now, models, banked)
-    me = QueuedTask("(plan)", preferred_only(mine_spec) if waiting else mine_spec, now)
-    estimates = forecast_starts(snap, [*ahead, me], running, ctx.compat.check, now, models, horizon=len(ahead) + 1)
-    mine = estimates.get("(plan)")
-    if mine is None:
-        body = {"queue_position": len(ahead) + 1, "estimated_start": None, "estimated_wait_s": None}
-    else:
-        body = {
-            "queue_position": mine.position,
-            "estimated_start": mine.start_at.isoformat() if mine.start_at else None,
-            "estimated_wait_s": mine.wait_s,
-            "estimated_pool": mine.pool,
-        }
-    if waiting is not None:  # the ETA facts as the cycle's requeue phase writes them
-        basis = {"eta_basis": ETA_FORECAST} if body["estimated_start"] else {"eta_basis": ETA_BEYOND_HORIZON, "horizon": len(ahead) + 1}
-        eta = {"position": body["queue_position"], "estimated_start": body["estimated_start"], "estimated_wait_s": body["estimated_wait_s"], **basis}
-        body.update(feasible=False, explanation=waiting.with_facts(**eta).to_dict())
-    return body
-
-
-def _would_wait_for_preferred(ctx, inv: Inventory, snap: Snapshot, spec: TaskSpec, running, now, models, banked) -> Explanation | None:
-    """The cycle's wait-for-preferred decision (backfill.prefer_waiting) for a new task on
-    the current snapshot; None: it would start now (or not fit at all)."""
-    if not (inv.policy.wait_for_preferred and spec.ordered and spec.runtime_estimate_s):
-        return None
-    options = placement_options(inv, spec)
-    result = assign(snap, spec, ctx.compat.check, **options)
-    if not (result.feasible and result.fallback_used):
-        return None
-    by_pool: dict[str, list[RunningTask]] = {}
-    for r in running:
-        for pool in {a.pool for a in r.allocations}:
-            by_pool.setdefault(pool, []).append(r)
-    return prefer_waiting(snap, spec, result, by_pool, ctx.compat.check, now, models, options, banked)
-
-
-def _bank(banked: dict[str, float], spec: TaskSpec, model: str, models: dict) -> None:
-    """Count a queued task already waiting for `model` as the cycle does (device-seconds of
-    work that will take the model's devices first), so that a plan does not promise the
-    same soon-free devices twice."""
-    demand = spec.per_worker.devices
-    seconds = runtime_on(spec, models.get(model))
-    if demand is not None and seconds is not None:
-        banked[model] = banked.get(model, 0.0) + spec.workers * demand.count * seconds
 
 
 MIN_MODEL_SAMPLES = 3

@@ -24,7 +24,7 @@ from hetpool.core.tenancy import tenant_ancestors
 from hetpool.core.units import format_duration
 from hetpool.engines.base import capabilities
 from hetpool.engines.registry import backend_class, capability_gaps, unsupported_features
-from hetpool.scheduling.assign import assign
+from hetpool.scheduling.assign import Assignment, assign
 from hetpool.scheduling.estimate import cost_per_hour, runtime_on
 from hetpool.scheduling.explain import explanation
 from hetpool.scheduling.queueing import route
@@ -119,29 +119,43 @@ def placement_options(inv: Inventory, spec: TaskSpec) -> dict:
 
 
 def plan_spec(ctx: ServiceContext, inv: Inventory, snap: Snapshot, spec: TaskSpec) -> dict:
+    """Where the task would go on `snap` on its own (no queue ahead of it): the placement,
+    or why it fits nowhere now, and whether it would fit the idle estate."""
     options = placement_options(inv, spec)
     result = assign(snap, spec, ctx.compat.check, **options)
     fits_when_idle = result.feasible or assign(snap.emptied(), spec, ctx.compat.check, **options).feasible
-    body = {
-        "feasible": result.feasible,
+    if result.feasible:
+        return {"fits_when_idle": True, **plan_placement(ctx, inv, spec, result)}
+    return {
+        "feasible": False,
         "fits_when_idle": fits_when_idle,
+        "placements": [],
+        "fallback_used": result.fallback_used,
+        "chosen": result.chosen,
+        "reasons": dict(result.reasons),
+        "explanation": explanation(result, fits_when_idle, nodes=len(snap.node_names)),
+    }
+
+
+def plan_placement(ctx: ServiceContext, inv: Inventory, spec: TaskSpec, result: Assignment) -> dict:
+    """A placement as a plan shows it: where, how long, what it costs, which engine runs it."""
+    model = inv.catalog.get(result.placements[0].model) if result.placements[0].model in inv.catalog else None
+    seconds = runtime_on(spec, model)
+    hourly = cost_per_hour(result.placements)
+    return {
+        "feasible": True,
         "placements": [p.to_dict() for p in result.placements],
         "fallback_used": result.fallback_used,
         "chosen": result.chosen,
-        "reasons": dict(result.reasons) if not result.feasible else {},
-        "explanation": explanation(result, fits_when_idle, nodes=len(snap.node_names)),
+        "reasons": {},
+        "explanation": explanation(result, True),
+        "estimated_runtime_s": seconds,
+        "estimated_runtime": format_duration(seconds),
+        "cost_per_hour": hourly,
+        "estimated_cost": round(hourly * seconds / 3600, 2) if seconds is not None else None,
+        "estimated_wait_s": 0,
+        "backend": backend_fit(inv, spec, result.placements),
     }
-    if result.feasible:
-        model = inv.catalog.get(result.placements[0].model) if result.placements[0].model in inv.catalog else None
-        seconds = runtime_on(spec, model)
-        hourly = cost_per_hour(result.placements)
-        body["estimated_runtime_s"] = seconds
-        body["estimated_runtime"] = format_duration(seconds)
-        body["cost_per_hour"] = hourly
-        body["estimated_cost"] = round(hourly * seconds / 3600, 2) if seconds is not None else None
-        body["estimated_wait_s"] = 0
-        body["backend"] = backend_fit(inv, spec, result.placements)
-    return body
 
 
 def backend_fit(inv: Inventory, spec: TaskSpec, placements) -> dict:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import secrets
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from hetpool.core.errors import BudgetExceededError, SpecError
@@ -22,9 +23,10 @@ from hetpool.server.services import approvals, audit
 from hetpool.server.services import quota as quota_service
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.cost import budget_hard_stop
+from hetpool.server.services.cycle_inputs import CycleLoad, load_cycle, run_with_planned_task
 from hetpool.server.services.hot_path import cached_inventory, idle_snapshot, read_inventory
-from hetpool.server.services.sched_state import learned_runtimes, plan_estimate, with_runtime
-from hetpool.server.services.task_planning import current_snapshot, placement_options, plan_spec, resolve_task_spec
+from hetpool.server.services.sched_state import with_runtime
+from hetpool.server.services.task_planning import current_snapshot, placement_options, plan_placement, plan_spec, resolve_task_spec
 
 
 class UnschedulableError(SpecError):
@@ -44,6 +46,29 @@ class ExceedsQuotaError(SpecError):
 PLACED_ONLY = ("estimated_runtime_s", "estimated_runtime", "cost_per_hour", "estimated_cost", "estimated_wait_s", "backend")
 
 
+def _next_cycle_verdict(ctx: ServiceContext, load: CycleLoad, snap: Snapshot, spec, now) -> dict:
+    """What the scheduler's next cycle would decide for the task: placed now (where), or
+    waiting with the cycle's own explanation, queue position and estimated start."""
+    decision = run_with_planned_task(ctx, load, snap, spec, now)
+    expl = decision.explanation
+    if decision.admit:
+        first = decision.assignment.placements[0]
+        placed = plan_placement(ctx, load.inv, with_runtime(spec, load.learned), decision.assignment)
+        return {**placed, "queue_position": 0, "estimated_start": now.isoformat(), "estimated_wait_s": 0, "estimated_pool": first.pool}
+    facts = expl.facts
+    return {
+        "feasible": False,
+        "placements": [],
+        "chosen": None,
+        "reasons": dict(expl.filter_counts),
+        "explanation": expl.to_dict(),
+        "queue_position": facts.get("position"),
+        "estimated_start": facts.get("estimated_start"),
+        "estimated_wait_s": facts.get("estimated_wait_s"),
+        "estimated_pool": facts.get("estimated_pool"),
+    }
+
+
 def new_task_id() -> str:
     return "t-" + secrets.token_hex(5)
 
@@ -51,10 +76,15 @@ def new_task_id() -> str:
 def plan(ctx: ServiceContext, session: Session, raw: dict) -> dict:
     inv = read_inventory(ctx, session)
     spec = resolve_task_spec(inv, raw, ctx.compat)
-    snap = current_snapshot(ctx, session, inv)
+    now = ctx.clock.now()
+    # The queued tasks it would join behind (its priority or higher), loaded as the
+    # scheduler loads them: the plan runs the scheduler's own cycle with it added.
+    ahead = session.execute(select(TaskRow).where(TaskRow.state == TaskState.QUEUED.value, TaskRow.priority_rank >= spec.priority.rank))
+    load = load_cycle(session, inv, list(ahead.scalars()), now)
+    snap = current_snapshot(ctx, session, load.inv)
     # Estimates use the template's learned runtime when the task gives none, as the
     # scheduler does; the returned task document stays what the user asked for.
-    body = plan_spec(ctx, inv, snap, with_runtime(spec, learned_runtimes(session, inv)))
+    body = plan_spec(ctx, load.inv, snap, with_runtime(spec, load.learned))
     ceiling = quota_ceiling(ctx, inv, snap.emptied(), spec) if body["fits_when_idle"] else None
     if ceiling is not None:
         # Submit refuses it (see `submit`): no placement, no wait, no ETA to show.
@@ -62,7 +92,7 @@ def plan(ctx: ServiceContext, session: Session, raw: dict) -> dict:
         body = {k: v for k, v in body.items() if k not in PLACED_ONLY}
         body.update(feasible=False, placements=[], chosen=None, reasons={}, explanation=expl.to_dict())
     elif body["fits_when_idle"]:
-        body.update(plan_estimate(ctx, session, inv, snap, spec))
+        body.update(_next_cycle_verdict(ctx, load, snap, spec, now))
     body["approval"] = approvals.plan_summary(approvals.evaluate_task(ctx, session, inv, snap, spec))
     body["task"] = spec_to_document(spec)
     return body

@@ -15,37 +15,20 @@ import logging
 
 from sqlalchemy import select, update
 
-from hetpool.core.governance import APPROVED_OVER_QUOTA_LABEL
 from hetpool.core.states import TaskState
-from hetpool.scheduling.backfill import PreferredWait
-from hetpool.scheduling.cycle import CycleResult, QueuedTask, run_cycle
+from hetpool.scheduling.cycle import CycleResult, run_cycle
 from hetpool.server import tracing
 from hetpool.server.db.models import PlacementRow, TaskRow
 from hetpool.server.db.models_idempotency import SchedulerEpochRow
 from hetpool.server.leader import check_fence
 from hetpool.server.services import task_lifecycle
 from hetpool.server.services.context import ServiceContext
+from hetpool.server.services.cycle_inputs import load_cycle, set_aside_message
 from hetpool.server.services.inventory import load_inventory
-from hetpool.server.services.quota import quota_book
-from hetpool.server.services.sched_state import (
-    SnapshotCache,
-    apply_measured,
-    learned_runtimes,
-    measured_performance,
-    running_tasks,
-    with_runtime,
-)
-from hetpool.server.services.task_planning import resolve_task_spec
+from hetpool.server.services.sched_state import SnapshotCache
 
 ACTOR = "scheduler"
 log = logging.getLogger(__name__)
-# Set on a task approved to run over its quota (see services/approvals.py).
-QUOTA_EXEMPT_LABEL = APPROVED_OVER_QUOTA_LABEL
-
-
-def quota_exempt(row: TaskRow) -> bool:
-    """Approved to run over its quota: the approval leaves a label on the spec (there is no column)."""
-    return (row.spec.get("labels") or {}).get(QUOTA_EXEMPT_LABEL) == "true"
 
 
 def snapshot_cache(ctx: ServiceContext) -> SnapshotCache:
@@ -63,45 +46,19 @@ def schedule_once(ctx: ServiceContext) -> CycleResult | None:
         if not rows:
             return None
         shown = {row.id: row.pending_explanation for row in rows}  # what each task already says
-        inv = load_inventory(ctx, session)
-        measured = measured_performance(session, inv)
-        inv = apply_measured(inv, measured)
-        learned = learned_runtimes(session, inv)
-        running = running_tasks(session, inv, learned, now)
-        snap = snapshot_cache(ctx).current(session, inv, extra=repr(sorted((m, sorted(f.items())) for m, f in measured.items())))
-        queue, invalid = [], []
-        for row in rows:
-            try:
-                spec = resolve_task_spec(inv, {k: v for k, v in row.spec.items() if k != "kind"})
-            except Exception as exc:  # inventory changed under the task, or a spec stored before a limit existed
-                invalid.append((row.id, f"spec no longer valid: {exc}"))
-                continue
-            try:
-                # A task waiting for its preferred model is held to the promise it was given.
-                promise = PreferredWait.from_explanation(row.pending_explanation)
-                queue.append(QueuedTask(row.id, with_runtime(spec, learned), row.queued_at, quota_exempt=quota_exempt(row), preferred_wait=promise))
-            except Exception as exc:
-                invalid.append((row.id, _set_aside_message(f"{type(exc).__name__}: {exc}")))
-        pools = {p.name: p for p in inv.pools.values()}
-        clusters = inv.clusters
-        models = {m.name: m for m in inv.catalog.all()}
-        queues, policy, weights = list(inv.queues.values()), inv.policy, inv.tenant_weights
-        book = quota_book(inv, running) if inv.quotas else None
-    _fail_queued(ctx, invalid)
+        load = load_cycle(session, load_inventory(ctx, session), rows, now)
+        snap = snapshot_cache(ctx).current(session, load.inv, extra=load.measured_key)
+        pools = {p.name: p for p in load.inv.pools.values()}
+        clusters = load.inv.clusters
+    _fail_queued(ctx, load.invalid)
     # process (pure)
-    result = run_cycle(
-        snap, queue, ctx.compat.check, now, running=running, queues=queues, policy=policy, tenant_weights=weights, models=models, quota=book
-    )
-    aside = [(d.task_id, _set_aside_message(d.set_aside)) for d in result.decisions if d.set_aside]
+    result = run_cycle(snap, load.queue, ctx.compat.check, now, **load.options())
+    aside = [(d.task_id, set_aside_message(d.set_aside)) for d in result.decisions if d.set_aside]
     try:
         _apply(ctx, result, epoch, shown, pools, clusters, aside)
     finally:
         _fail_queued(ctx, aside)
     return result
-
-
-def _set_aside_message(error: str) -> str:
-    return f"set aside by the scheduler: evaluating this task raised {error}; the other tasks were scheduled without it"
 
 
 def _fail_queued(ctx: ServiceContext, failures: list[tuple[str, str]]) -> None:
@@ -139,7 +96,7 @@ def _apply(ctx: ServiceContext, result: CycleResult, epoch: int, shown: dict, po
                 attempts = [a.to_dict() for a in decision.assignment.attempts]
                 cluster = clusters[pools[decision.assignment.placements[0].pool].cluster] if decision.admit else None
             except Exception as exc:
-                aside.append((decision.task_id, _set_aside_message(f"{type(exc).__name__}: {exc}")))
+                aside.append((decision.task_id, set_aside_message(f"{type(exc).__name__}: {exc}")))
                 continue
             for victim_id in decision.victims:
                 task_lifecycle.request_preemption(ctx, session, victim_id, decision.task_id, decision.preemption_reason)

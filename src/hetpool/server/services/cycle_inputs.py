@@ -1,0 +1,101 @@
+"""What a scheduling cycle reads from the database, loaded one way for two callers: the
+scheduler worker, and `plan`, which runs the same `run_cycle` with the planned task added
+to the queue. A plan therefore gives the verdict the scheduler's next cycle would give
+(wait for a preferred model, blocked by a reservation, preempting, over quota), with the
+same inputs: measured performance, learned runtimes, the promises waiting tasks were
+given, and the quota book charged with the running work."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy.orm import Session
+
+from hetpool.core.governance import APPROVED_OVER_QUOTA_LABEL
+from hetpool.core.tasks import TaskSpec
+from hetpool.governance.quota import QuotaBook
+from hetpool.scheduling.backfill import PreferredWait
+from hetpool.scheduling.cycle import CycleResult, Decision, QueuedTask, run_cycle
+from hetpool.scheduling.running import RunningTask
+from hetpool.scheduling.snapshot import Snapshot
+from hetpool.server.db.models import TaskRow
+from hetpool.server.services.context import ServiceContext
+from hetpool.server.services.inventory import Inventory
+from hetpool.server.services.quota import quota_book
+from hetpool.server.services.sched_state import apply_measured, learned_runtimes, measured_performance, running_tasks, with_runtime
+from hetpool.server.services.task_planning import resolve_task_spec
+
+PLANNED_TASK_ID = "(plan)"  # the planned task's id in the cycle a plan runs; never a real id ("t-…")
+
+
+def quota_exempt(row: TaskRow) -> bool:
+    """Approved to run over its quota: the approval leaves a label on the spec (there is no column)."""
+    return (row.spec.get("labels") or {}).get(APPROVED_OVER_QUOTA_LABEL) == "true"
+
+
+def set_aside_message(error: str) -> str:
+    return f"set aside by the scheduler: evaluating this task raised {error}; the other tasks were scheduled without it"
+
+
+@dataclass
+class CycleLoad:
+    """Everything `run_cycle` needs besides the snapshot, as of one transaction."""
+
+    inv: Inventory  # with measured performance written over the catalog's
+    measured_key: str  # names the measured figures (a change rebuilds the scheduler's snapshot)
+    queue: list[QueuedTask]
+    invalid: list[tuple[str, str]]  # (task id, reason): queued tasks whose spec no longer resolves
+    running: list[RunningTask]
+    learned: dict[str, float]  # per template: learned runtime on the reference device
+    book: QuotaBook | None
+
+    def options(self) -> dict:
+        """run_cycle's keyword arguments."""
+        inv = self.inv
+        return {
+            "running": self.running,
+            "queues": list(inv.queues.values()),
+            "policy": inv.policy,
+            "tenant_weights": inv.tenant_weights,
+            "models": {m.name: m for m in inv.catalog.all()},
+            "quota": self.book,
+        }
+
+
+def load_cycle(session: Session, inv: Inventory, rows: list[TaskRow], now: datetime) -> CycleLoad:
+    """The cycle's inputs for the queued task rows `rows`, over the inventory `inv`."""
+    measured = measured_performance(session, inv)
+    inv = apply_measured(inv, measured)
+    learned = learned_runtimes(session, inv)
+    running = running_tasks(session, inv, learned, now)
+    queue, invalid = [], []
+    for row in rows:
+        try:
+            spec = resolve_task_spec(inv, {k: v for k, v in row.spec.items() if k != "kind"})
+        except Exception as exc:  # inventory changed under the task, or a spec stored before a limit existed
+            invalid.append((row.id, f"spec no longer valid: {exc}"))
+            continue
+        try:
+            # A task waiting for its preferred model is held to the promise it was given.
+            promise = PreferredWait.from_explanation(row.pending_explanation)
+            queue.append(QueuedTask(row.id, with_runtime(spec, learned), row.queued_at, quota_exempt=quota_exempt(row), preferred_wait=promise))
+        except Exception as exc:
+            invalid.append((row.id, set_aside_message(f"{type(exc).__name__}: {exc}")))
+    book = quota_book(inv, running) if inv.quotas else None
+    key = repr(sorted((m, sorted(f.items())) for m, f in measured.items()))
+    return CycleLoad(inv, key, queue, invalid, running, learned, book)
+
+
+def run_with_planned_task(ctx: ServiceContext, load: CycleLoad, snap: Snapshot, spec: TaskSpec, now: datetime) -> Decision:
+    """The decision the next cycle would make for `spec` were it queued now, behind `load.queue`.
+
+    The forecast horizon covers the whole queue given, so that the planned task gets an
+    estimated start wherever it lands (the scheduler's own horizon may be shorter)."""
+    options = load.options()
+    policy = options["policy"]
+    horizon = max(policy.estimate_horizon or 0, len(load.queue) + 1)
+    options["policy"] = policy.model_copy(update={"estimate_horizon": horizon})
+    me = QueuedTask(PLANNED_TASK_ID, with_runtime(spec, load.learned), now)
+    result: CycleResult = run_cycle(snap, [*load.queue, me], ctx.compat.check, now, **options)
+    return next(d for d in result.decisions if d.task_id == PLANNED_TASK_ID)
