@@ -16,7 +16,16 @@ from hetpool.core.policy import QueueSpec, SchedulingPolicySpec
 from hetpool.core.specs import parse_spec
 from hetpool.governance.quota import QuotaBook
 from hetpool.scheduling.cycle import CycleResult, Decision, QueuedTask, run_cycle
-from hetpool.scheduling.explain import ETA_BEYOND_HORIZON, ETA_FORECAST, ETA_NONE, ETA_RESERVATION, Explanation, Reason
+from hetpool.scheduling.explain import (
+    ETA_BEYOND_HORIZON,
+    ETA_FORECAST,
+    ETA_NONE,
+    ETA_RESERVATION,
+    OTHER_TENANTS_TASK_TEXT,
+    Explanation,
+    Reason,
+    for_tenant,
+)
 from hetpool.scheduling.quota_view import Held
 from tests.scheduling.factories import CUDA_STACK, alloc, compat_check, node, pool, running_task, snapshot_with_running, task
 
@@ -193,3 +202,15 @@ def test_every_decision_carries_a_typed_explanation_that_round_trips() -> None:
         assert isinstance(decision.explanation, Explanation)
         stored = decision.explanation.to_dict()
         assert Explanation.from_dict(stored).to_dict() == stored
+
+
+def test_for_tenant_leaves_out_other_tenants_task_ids() -> None:
+    blocked = Explanation(Reason.BLOCKED_BY_RESERVATION, facts={"blocking_task": "t-theirs", "start_at": "2026-01-01T00:00:00+00:00"})
+    tenants = {"t-theirs": "org/a", "t-mine": "org/b"}
+    assert for_tenant(blocked, "org/b", tenants).facts["blocking_task"] == OTHER_TENANTS_TASK_TEXT
+    assert for_tenant(blocked, "org/a", tenants).facts["blocking_task"] == "t-theirs"
+    assert blocked.facts["blocking_task"] == "t-theirs"  # the cycle's own record is untouched
+    preempting = Explanation(Reason.PREEMPTING, facts={"victim_count": 2, "victim_kind": "x", "preempting": ["t-theirs", "t-mine"]})
+    shown = for_tenant(preempting, "org/b", tenants)
+    assert shown.facts["preempting"] == ["t-mine"] and shown.facts["victim_count"] == 2
+    assert for_tenant(preempting, "org/b", {}).facts["preempting"] == []  # unknown ids count as foreign

@@ -101,7 +101,8 @@ def test_plan_says_a_high_priority_task_would_preempt_and_a_lone_one_fits(ctx: S
     body |= {"per_worker": {"devices": {"class": "gpu", "models": [A100], "count": 8}, "cpu": 1, "memory_gb": 1}}
     plan = api.post("/api/v1/tasks/plan", json={**body, "priority": "high"}).json()
     assert plan["feasible"] is False and plan["explanation"]["reason"] == "preempting"
-    assert plan["explanation"]["victim_count"] == 1
+    # The victim is org/a's: org/b learns how many tasks it would evict, not which.
+    assert plan["explanation"]["victim_count"] == 1 and plan["explanation"]["preempting"] == []
     assert api.get("/api/v1/tasks?state=running").status_code == 200
     # Nothing was evicted by planning.
     assert all(t["state"] != "preempting" for t in api.get("/api/v1/tasks").json())
@@ -130,3 +131,18 @@ def test_a_queued_task_whose_quota_shrank_below_its_request_exceeds_quota(ctx: S
     assert pending["summary"] == f"exceeds quota team-b even with borrowing: {H100} 16 > 4 nominal + 0 borrowable"
     assert pending["eta_basis"] == "none" and pending["estimated_start"] is None
     assert "reservation" not in pending and "position" not in pending
+
+
+def test_another_tenants_blocking_task_is_not_named(ctx: ServiceContext, api: TestClient) -> None:
+    """A member of org/b is told that another tenant's reservation holds its task back, not
+    which task it is (the id would lead to org/a's work)."""
+    _busy_estate(api, ctx)
+    gang = _submit(api, "gang", {"class": "gpu", "models": [H100], "count": 8}, workers=2)
+    ctx.clock.advance(60)
+    # Lower priority, so that org/b's unused fair share does not put it before the gang.
+    theirs = _submit(api, "theirs", {"class": "gpu", "models": [H100], "count": 1}, tenant="org/b", priority="low")
+    schedule_once(ctx)
+    blocked = _pending(api, theirs)
+    assert blocked["reason"] == "blocked_by_reservation"
+    assert blocked["blocking_task"] == "a task of another tenant"
+    assert gang not in str(blocked) and blocked["summary"].startswith("held back by the reservation of a task of another tenant")

@@ -24,7 +24,7 @@ from hetpool.catalog import compat
 from hetpool.cli.main import app as cli
 from hetpool.scheduling import assign, cycle, explain, filters
 from hetpool.web.i18n import GETTEXT_LOCALES, LOCALE_DIR, translations, translator
-from hetpool.web.reasons import REASON_TEXTS, SUMMARY_TEXTS, UNKNOWN_TIME, VICTIM_KINDS
+from hetpool.web.reasons import OTHER_TENANTS_TASK, REASON_TEXTS, SUMMARY_TEXTS, UNKNOWN_TIME, VICTIM_KINDS
 
 WEB = Path(hetpool.web.__file__).parent
 PO = LOCALE_DIR / "zh_CN" / "LC_MESSAGES" / "messages.po"
@@ -140,7 +140,7 @@ def test_every_explanation_sentence_of_the_core_is_translated() -> None:
     sentences = _core_sentences()
     assert explain.FITS_FALLBACK_TEMPLATE in sentences and "no candidates" in sentences
     assert explain.VICTIMS_BORROWING_TEXT in sentences  # the words filled into facts are checked too
-    listed = {*SUMMARY_TEXTS, *VICTIM_KINDS, UNKNOWN_TIME}
+    listed = {*SUMMARY_TEXTS, *VICTIM_KINDS, UNKNOWN_TIME, OTHER_TENANTS_TASK}
     assert not sentences - listed, "add the new sentences of scheduling/explain.py to web/reasons.py, then `make i18n`"
     zh = translator("zh-CN")
     untranslated = [s for s in sentences if zh.reason(s) == s]

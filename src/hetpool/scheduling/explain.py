@@ -20,8 +20,8 @@ working; `Explanation.from_dict` reads it back.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -74,6 +74,8 @@ FITS_FALLBACK_TEMPLATE = "fits now with fallback to {chosen}: {workers} worker(s
 VICTIMS_LOWER_PRIORITY_TEXT = "lower-priority task(s)"
 VICTIMS_BORROWING_TEXT = "borrowing task(s) to reclaim its quota"
 UNKNOWN_START_TEXT = "unknown"
+# Stands for another tenant's task in an explanation its readers may not see.
+OTHER_TENANTS_TASK_TEXT = "a task of another tenant"
 
 # How an estimated start was computed (the `eta_basis` fact).
 ETA_FORECAST = "forecast"  # the queue forecast walked running ends and the tasks ahead
@@ -127,6 +129,20 @@ class Explanation:
     def with_facts(self, **facts: Any) -> Explanation:
         self.facts.update(facts)
         return self
+
+
+def for_tenant(expl: Explanation, tenant: str, tenant_of: Mapping[str, str]) -> Explanation:
+    """The explanation as the waiting task's own readers may see it: the ids of tasks of
+    other tenants (the reservation that blocks it, the work it would evict) are left out —
+    a member learns that another tenant's task is in the way, not which one. `tenant_of`
+    maps task ids to their tenants; an id it does not know is treated as foreign."""
+    facts = dict(expl.facts)
+    blocking = facts.get("blocking_task")
+    if isinstance(blocking, str) and tenant_of.get(blocking) != tenant:
+        facts["blocking_task"] = OTHER_TENANTS_TASK_TEXT
+    if isinstance(facts.get("preempting"), list):
+        facts["preempting"] = [v for v in facts["preempting"] if tenant_of.get(v) == tenant]
+    return replace(expl, facts=facts)
 
 
 def counts_text(filter_counts: dict[str, int], nodes: int | None, gettext: Callable[[str], str] = _identity) -> str:

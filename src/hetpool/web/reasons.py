@@ -99,6 +99,7 @@ VICTIM_KINDS = (
     N_("borrowing task(s) to reclaim its quota"),
 )
 UNKNOWN_TIME = N_("unknown")  # a reservation's start when no runtime estimate gives one
+OTHER_TENANTS_TASK = N_("a task of another tenant")  # stands for a task id the reader may not see
 
 
 def explanation_text(pending: Mapping[str, Any] | None, tr: Translator) -> str:
@@ -116,6 +117,8 @@ def explanation_text(pending: Mapping[str, Any] | None, tr: Translator) -> str:
         facts["device_class"] = label(tr, "device_class", facts["device_class"])
     if isinstance(facts.get("victim_kind"), str):
         facts["victim_kind"] = tr.reason(facts["victim_kind"])
+    if facts.get("blocking_task") == OTHER_TENANTS_TASK:
+        facts["blocking_task"] = tr.reason(OTHER_TENANTS_TASK)
     # Times as on the rest of the dashboard (UTC, to the second), not the API's ISO form.
     # The core writes "unknown" for a reservation whose start no runtime estimate gives.
     for key in ("start_at", "free_at"):

@@ -14,7 +14,7 @@ from hetpool.core.errors import BudgetExceededError, SpecError
 from hetpool.core.specs import spec_to_document
 from hetpool.core.states import TaskState
 from hetpool.scheduling.assign import assign
-from hetpool.scheduling.explain import ETA_NONE, Explanation, Reason, explanation
+from hetpool.scheduling.explain import ETA_NONE, Explanation, Reason, explanation, for_tenant
 from hetpool.scheduling.quota_view import QuotaCeiling
 from hetpool.scheduling.snapshot import Snapshot
 from hetpool.server import tracing
@@ -50,7 +50,8 @@ def _next_cycle_verdict(ctx: ServiceContext, load: CycleLoad, snap: Snapshot, sp
     """What the scheduler's next cycle would decide for the task: placed now (where), or
     waiting with the cycle's own explanation, queue position and estimated start."""
     decision = run_with_planned_task(ctx, load, snap, spec, now)
-    expl = decision.explanation
+    tenant_of = {q.id: q.spec.tenant for q in load.queue} | {r.id: r.tenant for r in load.running}
+    expl = for_tenant(decision.explanation, spec.tenant, tenant_of)
     if decision.admit:
         first = decision.assignment.placements[0]
         placed = plan_placement(ctx, load.inv, with_runtime(spec, load.learned), decision.assignment)

@@ -17,6 +17,7 @@ from sqlalchemy import select, update
 
 from hetpool.core.states import TaskState
 from hetpool.scheduling.cycle import CycleResult, run_cycle
+from hetpool.scheduling.explain import for_tenant
 from hetpool.server import tracing
 from hetpool.server.db.models import PlacementRow, TaskRow
 from hetpool.server.db.models_idempotency import SchedulerEpochRow
@@ -50,12 +51,13 @@ def schedule_once(ctx: ServiceContext) -> CycleResult | None:
         snap = snapshot_cache(ctx).current(session, load.inv, extra=load.measured_key)
         pools = {p.name: p for p in load.inv.pools.values()}
         clusters = load.inv.clusters
+        tenant_of = {row.id: row.tenant for row in rows} | {r.id: r.tenant for r in load.running}
     _fail_queued(ctx, load.invalid)
     # process (pure)
     result = run_cycle(snap, load.queue, ctx.compat.check, now, **load.options())
     aside = [(d.task_id, set_aside_message(d.set_aside)) for d in result.decisions if d.set_aside]
     try:
-        _apply(ctx, result, epoch, shown, pools, clusters, aside)
+        _apply(ctx, result, epoch, shown, pools, clusters, aside, tenant_of)
     finally:
         _fail_queued(ctx, aside)
     return result
@@ -73,7 +75,9 @@ def _fail_queued(ctx: ServiceContext, failures: list[tuple[str, str]]) -> None:
                 task_lifecycle.transition(ctx, session, stale, TaskState.FAILED, actor=ACTOR, message=message)
 
 
-def _apply(ctx: ServiceContext, result: CycleResult, epoch: int, shown: dict, pools: dict, clusters: dict, aside: list) -> None:
+def _apply(
+    ctx: ServiceContext, result: CycleResult, epoch: int, shown: dict, pools: dict, clusters: dict, aside: list, tenant_of: dict[str, str]
+) -> None:
     """Record the cycle's decisions; a decision that cannot be turned into rows joins `aside`."""
     with ctx.db.transaction() as session:
         check_fence(session)  # a replica that lost the lease since its load applies nothing
@@ -83,7 +87,7 @@ def _apply(ctx: ServiceContext, result: CycleResult, epoch: int, shown: dict, po
             return
         # Most decisions of a long queue are "still waiting, for the same reason": those
         # need no write, and the rest are read in one query rather than one each.
-        stored = {d.task_id: _stored(d) for d in result.decisions if not d.admit}
+        stored = {d.task_id: _stored(d, tenant_of) for d in result.decisions if not d.admit}
         touched = [d.task_id for d in result.decisions if d.admit or d.victims or shown.get(d.task_id) != stored[d.task_id]]
         current = _rows_by_id(session, touched)
         for decision in result.decisions:
@@ -144,9 +148,11 @@ def _apply(ctx: ServiceContext, result: CycleResult, epoch: int, shown: dict, po
                 )
 
 
-def _stored(decision) -> dict:
-    """A waiting task's explanation as stored and shown (the flat form, with its queue)."""
-    return {**decision.explanation.to_dict(), "queue": decision.queue}
+def _stored(decision, tenant_of: dict[str, str]) -> dict:
+    """A waiting task's explanation as stored and shown to its readers (the flat form, with
+    its queue; other tenants' task ids left out)."""
+    tenant = tenant_of.get(decision.task_id, "")
+    return {**for_tenant(decision.explanation, tenant, tenant_of).to_dict(), "queue": decision.queue}
 
 
 def _rows_by_id(session, task_ids: list[str], chunk: int = 500) -> dict[str, TaskRow]:
