@@ -93,6 +93,8 @@ def test_a_task_waiting_on_overrunning_work_is_not_told_free_now() -> None:
     assert datetime.fromisoformat(facts["estimated_start"]) == T0 + timedelta(minutes=11)
     assert facts["estimate_basis"] == BASIS_OVERRUN
     assert datetime.fromisoformat(facts["revised_from"]) == BLOCKER_END
+    # The sentence says why "free at" moved.
+    assert facts["summary"].endswith(f"has overrun its estimate (it was due at {facts['revised_from']}), so its end was revised")
 
 
 def test_the_estimated_start_of_a_preferred_wait_is_on_the_preferred_model() -> None:
@@ -100,7 +102,7 @@ def test_the_estimated_start_of_a_preferred_wait_is_on_the_preferred_model() -> 
     facts = _facts(_cycle(timedelta(minutes=1)))
     assert facts["reason"] == "waiting_for_preferred"
     assert facts["estimated_wait_s"] == pytest.approx(240)
-    assert "estimate_basis" not in facts
+    assert "estimate_basis" not in facts and "overrun" not in facts["summary"]
     assert datetime.fromisoformat(facts["promised_start"]) == BLOCKER_END
     assert datetime.fromisoformat(facts["waiting_since"]) == T0 + timedelta(minutes=1)
 

@@ -72,7 +72,7 @@ def test_a_wait_behind_overrunning_work_is_revised_then_gives_way(ctx: ServiceCo
     assert task_state(demo, job) == "queued" and late["reason"] == "waiting_for_preferred"
     assert _at(late["free_at"]) > now - timedelta(minutes=1)  # free_at is shown to the minute
     assert late["estimated_wait_s"] >= 60
-    assert late["estimate_basis"] == "overrun"
+    assert late["estimate_basis"] == "overrun" and "has overrun its estimate" in late["summary"]
     assert late["promised_start"] == first["promised_start"]  # the promise is not moved along
     planned = demo.post("/api/v1/tasks/plan", json={**JOB, "name": "like-it"}).json()
     assert planned["explanation"]["reason"] == "waiting_for_preferred" and planned["estimated_wait_s"] >= 60

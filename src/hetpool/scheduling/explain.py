@@ -77,6 +77,12 @@ UNKNOWN_START_TEXT = "unknown"
 # Stands for another tenant's task in an explanation its readers may not see.
 OTHER_TENANTS_TASK_TEXT = "a task of another tenant"
 
+# Appended when the wait counts on running work that has overrun its estimate (the
+# `estimate_basis` fact, see running.revise_overruns): users see why "free at" moved.
+REVISED_OVERRUN_TEMPLATE = "; the work holding it has overrun its estimate (it was due at {revised_from}), so its end was revised"
+REVISED_HISTORY_TEMPLATE = "; the work holding it has overrun its estimate (it was due at {revised_from}): its template's past runs say it ends later"
+REVISED_TEMPLATES = {"overrun": REVISED_OVERRUN_TEMPLATE, "history": REVISED_HISTORY_TEMPLATE}
+
 # How an estimated start was computed (the `eta_basis` fact).
 ETA_FORECAST = "forecast"  # the queue forecast walked running ends and the tasks ahead
 ETA_RESERVATION = "reservation"  # the start of the nodes held for it
@@ -166,6 +172,8 @@ def render(expl: Explanation, gettext: Callable[[str], str] = _identity) -> str:
         text = gettext(SUMMARY_TEMPLATES[expl.reason]).split(":")[0].split("：")[0].split("{")[0].strip(" —") or expl.reason.value
     if facts.get("eta_basis") == ETA_BEYOND_HORIZON:
         text += gettext(BEYOND_HORIZON_TEMPLATE).format(horizon=facts.get("horizon", "?"))
+    if facts.get("estimate_basis") in REVISED_TEMPLATES and facts.get("revised_from"):
+        text += gettext(REVISED_TEMPLATES[facts["estimate_basis"]]).format(revised_from=facts["revised_from"])
     return text
 
 
