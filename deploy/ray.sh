@@ -147,6 +147,9 @@ PY
 
 start() {
   mkdir -p "$PIDS"
+  # Also when a head is already up (started from another checkout): `add-node` runs this
+  # checkout's `ray`.
+  install_if_missing
   if head_alive && dashboard_up && cluster_ready; then
     echo "$URL"
     return
@@ -195,6 +198,7 @@ add_node() {
   local name=${1:?usage: add-node NAME RESOURCES_JSON [LABELS]} resources=${2:-"{}"} labels=${3:-} cpus gpus rest
   case "$name" in head | *[!A-Za-z0-9._-]*) log "bad node name: $name"; exit 2 ;; esac
   head_alive || { log "no head running (deploy/ray.sh start first)"; exit 1; }
+  install_if_missing
   if [ -f "$PIDS/node-$name.pid" ]; then
     # shellcheck disable=SC2046
     alive $(cat "$PIDS/node-$name.pid") && { log "node $name already running"; return; }
