@@ -5,8 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+# The worker pipelines, each its own thread (server/workers/loop.py).
+PIPELINES = ("schedule", "dispatch", "reconcile", "reclaim", "cost", "housekeeping")
 
 
 def default_data_dir() -> Path:
@@ -22,6 +25,15 @@ class Settings(BaseSettings):
     port: int = 8080
     run_workers: bool = True
     worker_interval_s: float = 0.5
+    # Worker pipelines (server/workers/loop.py, docs/operations.md#pipeline-layout): each runs
+    # in its own thread, every `worker_interval_s` unless overridden here, taking at most
+    # `worker_batch` rows per round unless overridden; dispatch runs `dispatch_concurrency`
+    # submits at once per (cluster, backend), or the backend kind's own figure.
+    pipeline_interval_s: dict[str, float] = Field(default_factory=dict, description='per pipeline, e.g. {"reconcile": 2.0}')
+    worker_batch: int = Field(default=500, ge=1, le=100_000, description="rows a pipeline takes per round")
+    pipeline_batch: dict[str, int] = Field(default_factory=dict, description='per pipeline, e.g. {"dispatch": 100}')
+    dispatch_concurrency: int = Field(default=4, ge=1, le=256, description="submits at once per (cluster, backend)")
+    dispatch_concurrency_per_backend: dict[str, int] = Field(default_factory=dict, description='per backend kind, e.g. {"slurm": 8}')
     compat_overrides: Path | None = None
     max_request_bytes: int = Field(default=4 * 1024 * 1024, gt=0, description="larger request bodies (also chunked ones) get 413")
     # HTTP hardening (server/security.py, server/ratelimit.py; docs/operations-security.md).
@@ -51,6 +63,34 @@ class Settings(BaseSettings):
     audit_key_file: Path | None = Field(default=None, description="checkpoint HMAC key, mode 600; default data_dir/audit.key, made at first start")
     audit_checkpoint_file: Path | None = Field(default=None, description="append-only checkpoint file; default data_dir/audit-checkpoints.jsonl")
     audit_checkpoint_interval_s: float = Field(default=60.0, gt=0, le=86400, description="how often the leader checkpoints the audit chain head")
+
+    @field_validator("pipeline_interval_s", "pipeline_batch")
+    @classmethod
+    def _known_pipelines(cls, value: dict) -> dict:
+        unknown = sorted(set(value) - set(PIPELINES))
+        if unknown:
+            raise ValueError(f"unknown pipeline {', '.join(unknown)}; the pipelines are {', '.join(PIPELINES)}")
+        bad = sorted(name for name, v in value.items() if not 0 < v <= 100_000)
+        if bad:
+            raise ValueError(f"{', '.join(bad)}: must be more than 0 and at most 100000")
+        return value
+
+    @field_validator("dispatch_concurrency_per_backend")
+    @classmethod
+    def _sane_concurrency(cls, value: dict[str, int]) -> dict[str, int]:
+        bad = sorted(kind for kind, n in value.items() if not 1 <= n <= 256)
+        if bad:
+            raise ValueError(f"{', '.join(bad)}: concurrency must be between 1 and 256")
+        return value
+
+    def interval_of(self, pipeline: str) -> float:
+        return self.pipeline_interval_s.get(pipeline, self.worker_interval_s)
+
+    def batch_of(self, pipeline: str) -> int:
+        return self.pipeline_batch.get(pipeline, self.worker_batch)
+
+    def dispatch_concurrency_of(self, backend_kind: str) -> int:
+        return self.dispatch_concurrency_per_backend.get(backend_kind, self.dispatch_concurrency)
 
     def resolved_database_url(self) -> str:
         if self.database_url:
