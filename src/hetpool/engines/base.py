@@ -18,13 +18,60 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from hetpool.core.errors import BackendUnavailableError
+from hetpool.core.errors import BackendUnavailableError, HetpoolError
 
 if TYPE_CHECKING:
     # Annotations only: the local engine's runner and launch modules import this module under
     # a bare python (started through sudo, without third-party packages), and the catalog
     # needs pydantic.
     from hetpool.catalog.devices import DeviceCatalog
+
+
+# -- engine errors ---------------------------------------------------------------------------
+# What the dispatcher does with a failed engine call depends only on its kind
+# (docs/backends.md#engine-errors): a *transient* error — the engine unreachable, a timeout,
+# HTTP 5xx, throttled (429) — says nothing about the request, so the work waits and is
+# retried; a *permanent* one — an invalid request, an unsupported feature, a refusal — would
+# only be repeated, so the task fails with the engine's words. Each engine client raises
+# `BackendUnavailableError` for the first and `PermanentEngineError` (or ValueError, for a
+# request it cannot even build) for the second, deciding where it sees the engine's answer.
+
+
+class PermanentEngineError(HetpoolError):
+    """The engine refused the request and would refuse it again (invalid, unsupported, not allowed)."""
+
+    code = "backend_rejected"
+
+
+class EngineFault(StrEnum):
+    TRANSIENT = "transient"  # retry later; never fails the task
+    PERMANENT = "permanent"  # fail the task with the engine's message
+    UNCLASSIFIED = "unclassified"  # an error no engine client put a kind on (a bug, an odd OS error)
+
+
+# Statuses that mean "not now" rather than "not this": timeout, too early, throttled, server-side.
+_TRANSIENT_HTTP = frozenset({408, 425, 429})
+
+
+def transient_http_status(status: int) -> bool:
+    return status in _TRANSIENT_HTTP or status >= 500
+
+
+def http_error(status: int, message: str) -> HetpoolError:
+    """The error for an engine's HTTP answer `status`: transient for 408/425/429/5xx, permanent otherwise."""
+    return BackendUnavailableError(message) if transient_http_status(status) else PermanentEngineError(message)
+
+
+def classify(exc: BaseException) -> EngineFault:
+    """The kind of an error an engine call raised. Order matters: a config error that is also
+    BackendUnavailableError (RayConfigError) waits for the operator's fix rather than failing work."""
+    if isinstance(exc, PermanentEngineError):
+        return EngineFault.PERMANENT
+    if isinstance(exc, (BackendUnavailableError, TimeoutError, ConnectionError)):
+        return EngineFault.TRANSIENT
+    if isinstance(exc, ValueError):  # every engine raises it for a request it cannot run as given
+        return EngineFault.PERMANENT
+    return EngineFault.UNCLASSIFIED
 
 
 class JobPhase(StrEnum):

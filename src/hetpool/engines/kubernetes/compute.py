@@ -29,7 +29,7 @@ import threading
 from pathlib import Path
 from types import SimpleNamespace
 
-from hetpool.core.errors import BackendUnavailableError, HetpoolError
+from hetpool.core.errors import BackendUnavailableError
 from hetpool.engines.base import (
     Backend,
     JobHandle,
@@ -37,6 +37,7 @@ from hetpool.engines.base import (
     JobStatus,
     LaunchRequest,
     LogChunk,
+    PermanentEngineError,
     SupportsGang,
     SupportsLogStreaming,
     Unsupported,
@@ -72,11 +73,9 @@ _VOLCANO_FAILED = ("Failed", "Terminated", "Aborted")
 _VOLCANO_PENDING = ("Pending", "Inqueue")
 
 
-class KubernetesError(HetpoolError):
+class KubernetesError(PermanentEngineError):
     """The API refused what the backend sent (400 / 409 / 422, or a name held by another task).
     An API that cannot be reached or read (401, 403, 5xx, network) is BackendUnavailableError."""
-
-    code = "backend_rejected"
 
 
 def _true_conditions(obj: dict) -> dict[str, dict]:

@@ -80,6 +80,7 @@ from hetpool.engines.base import (
     SupportsLogStreaming,
     Unsupported,
     WorkerLaunch,
+    http_error,
     job_name,
     worker_environment,
 )
@@ -442,7 +443,8 @@ class RayBackend(Backend, SupportsGang, SupportsLogStreaming):
         # Ray answers a taken submission id with an error (500 in 2.60): a racing submit won.
         if self._job(client, sid) is not None:
             return
-        raise BackendUnavailableError(f"ray: submitting {sid} to {self.address} failed (HTTP {resp.status_code}): {_last_line(resp.text)}")
+        # 5xx / 429: the head is restarting or busy, try again; any other 4xx: Ray refuses this body.
+        raise http_error(resp.status_code, f"ray: submitting {sid} to {self.address} failed (HTTP {resp.status_code}): {_last_line(resp.text)}")
 
     # -- observing ------------------------------------------------------------------------
 

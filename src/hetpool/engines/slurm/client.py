@@ -4,11 +4,27 @@ run with a bounded time and a clean environment. Used by compute and inventory a
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 
 from hetpool.core.errors import BackendUnavailableError
 from hetpool.engines.slurm.config import SlurmAccess
+
+# What Slurm's clients print when slurmctld is down, restarting or overloaded (slurm_errno.c):
+# "try again later", never "this job is wrong". Anything else a command prints is the engine's
+# verdict on the request.
+_TRANSIENT = re.compile(
+    r"Unable to contact slurm controller|Socket timed out|Zero Bytes were transmitted|Communication connection failure"
+    r"|Connection refused|temporarily unable|Resource temporarily unavailable|Slurmctld is not responding|Transport endpoint"
+    r"|Connection timed out|Protocol authentication error|Munge .*(socket|connect)",
+    re.IGNORECASE,
+)
+
+
+def transient_failure(output: str) -> bool:
+    """Whether a failed Slurm command's stderr says the controller could not be reached."""
+    return bool(_TRANSIENT.search(output))
 
 
 class SlurmCommands:

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hetpool.catalog.devices import DeviceCatalog
-from hetpool.core.errors import BackendUnavailableError, HetpoolError
+from hetpool.core.errors import BackendUnavailableError
 from hetpool.engines.base import (
     SAFE_JOB_NAME,
     Backend,
@@ -49,6 +49,7 @@ from hetpool.engines.base import (
     JobStatus,
     LaunchRequest,
     LogChunk,
+    PermanentEngineError,
     SupportsGang,
     SupportsLogStreaming,
     Unsupported,
@@ -57,7 +58,7 @@ from hetpool.engines.base import (
     worker_environment,
 )
 from hetpool.engines.files import create_exclusive, write_atomic
-from hetpool.engines.slurm.client import SlurmCommands
+from hetpool.engines.slurm.client import SlurmCommands, transient_failure
 from hetpool.engines.slurm.config import SlurmAccess, SlurmPlanError, gres_overrides
 from hetpool.engines.slurm.runas import (
     Identity,
@@ -105,10 +106,8 @@ _IMPOSSIBLE_RE = re.compile(r"(Assoc|QOS)Max\w*PerJob\w*")  # a per-job limit, n
 _CANCEL_DONE = ("already completing or completed", "Invalid job id")
 
 
-class SlurmError(HetpoolError):
+class SlurmError(PermanentEngineError):
     """Slurm refused the job (sbatch's message says why)."""
-
-    code = "backend_rejected"
 
 
 @dataclass(frozen=True)
@@ -342,6 +341,8 @@ class SlurmBackend(Backend, SupportsGang, SupportsLogStreaming):
         job_id = done.stdout.strip().split(";")[0]
         if done.returncode != 0 or not _JOB_ID.fullmatch(job_id):
             detail = (done.stderr or done.stdout).strip()[:2000]
+            if transient_failure(detail):  # slurmctld down or busy: the job itself may be fine
+                raise BackendUnavailableError(f"slurm: sbatch could not reach slurmctld for {name}: {detail}")
             raise SlurmError(f"sbatch refused {name}: {detail or f'exit {done.returncode}'}")
         write_atomic(job_dir / "slurm_job_id", job_id)
         return job_id

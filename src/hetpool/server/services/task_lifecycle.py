@@ -45,6 +45,8 @@ def transition(ctx: ServiceContext, session: Session, row: TaskRow, target: Task
     # RUNNING of an attempt (preemption clears it for the next attempt).
     if stamp and (stamp not in ("started_at", "queued_at") or getattr(row, stamp) is None):
         setattr(row, stamp, now)
+    if target == TaskState.ADMITTED:  # a new admission's dispatch does not inherit an old backoff
+        row.dispatch_failures, row.dispatch_unclassified, row.dispatch_retry_at = 0, 0, None
     for key, value in fields.items():
         setattr(row, key, value)
     after = {"state": target.value, **({"message": message} if message else {}), **{k: v for k, v in fields.items() if _jsonable(v)}}
