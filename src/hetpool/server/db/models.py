@@ -82,6 +82,11 @@ class TaskRow(Base):
     preemptions: Mapped[int] = mapped_column(Integer, default=0)
     # W3C traceparent of the submit span (server/tracing.py): later steps join the task's trace.
     trace_parent: Mapped[str | None] = mapped_column(String(64))
+    # Transient engine errors of this admission's dispatch (server/workers/dispatcher.py): tries
+    # failed in a row, how many of those in a row were unclassified, and the earliest next try.
+    dispatch_failures: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    dispatch_unclassified: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    dispatch_retry_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
 
 class PlacementRow(Base):
