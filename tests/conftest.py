@@ -23,6 +23,9 @@ from hetpool.server.settings import Settings
 # pytest-xdist workers start with COLUMNS=80, and Rich fixes a console's width from it at
 # import: CLI tables would wrap where the tests (which pass COLUMNS=200 per call) expect one line.
 os.environ.pop("COLUMNS", None)
+# Every server the tests start refuses an engine call made inside a database transaction
+# (server/engine_guard.py): a path that does it fails its test instead of only logging.
+os.environ.setdefault("HETPOOL_NETWORK_IN_TRANSACTION", "raise")
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO_DIR = REPO / "examples" / "demo"
@@ -43,6 +46,7 @@ SHARED_ENGINE_MODULES = {
     "test_ray_inventory.py",
     "test_slurm_inventory.py",
     "test_ray_sync.py",
+    "test_engine_faults.py",  # stops slurmctld and the Ray head
 }
 
 

@@ -41,11 +41,12 @@ from hetpool.server.routers.docs import install as install_api_docs
 from hetpool.server.schemas.common import ErrorResponse
 from hetpool.server.schemas.meta import HealthResponse
 from hetpool.server.security import install as install_security
+from hetpool.server.services import audit_chain
 from hetpool.server.services.connector_sync import sync_due
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.settings import Settings
 from hetpool.server.workers.audit_checkpoint import final_checkpoint
-from hetpool.server.workers.loop import WorkerLoop
+from hetpool.server.workers.loop import WorkerLoop, WorkerPipelines
 from hetpool.web.routes import install as install_dashboard
 
 log = logging.getLogger(__name__)
@@ -94,13 +95,15 @@ def create_app(settings: Settings | None = None, ctx: ServiceContext | None = No
     settings = settings or (ctx.settings if ctx else Settings())
     ctx = ctx or make_context(settings)
     ctx.audit_anchor.key  # noqa: B018 -- as in make_context, for a context built elsewhere
+    # Audited writes append through the group-committing chainer; what a crash left pending is linked now.
+    audit_chain.attach(ctx.db, ctx.audit_anchor.key)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         loops = []
         if settings.run_workers:
-            # Every replica runs the loops; each pass runs only on the holder of the group's lease.
-            loops.append(WorkerLoop(ctx, settings.worker_interval_s, group=leader.WORKERS))
+            # Every replica runs the pipelines; they run only on the holder of the "workers" lease.
+            loops.append(WorkerPipelines(ctx, group=leader.WORKERS))
             if settings.run_connector_sync:
                 # Its own thread: reading an engine can take seconds and must not delay scheduling.
                 interval = min(1.0, settings.connector_sync_interval_s)

@@ -31,9 +31,8 @@ from sqlalchemy import select
 from hetpool.core.states import TaskState
 from hetpool.server.db.models import NodeStatusRow, TaskRow
 from hetpool.server.services import stats
+from hetpool.server.services.cluster_state import live_snapshot, read_inventory
 from hetpool.server.services.context import ServiceContext
-from hetpool.server.services.hot_path import read_inventory
-from hetpool.server.services.task_planning import current_snapshot
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +71,13 @@ class WorkerMetrics:
             registry=None,
         )
         self.step_errors = Counter("hetpool_worker_step_errors", "Worker steps that raised (the loop goes on)", ["step"], registry=None)
+        self.rounds = Histogram(
+            "hetpool_worker_round_seconds",
+            "Wall time of one round of a worker pipeline (server/workers/loop.py), per pipeline",
+            ["pipeline"],
+            buckets=CYCLE_BUCKETS,
+            registry=None,
+        )
         self.backend_errors = Counter(
             "hetpool_backend_errors", "Backend calls that failed in the workers (dispatch, poll, inventory sync)", ["operation"], registry=None
         )
@@ -79,7 +85,10 @@ class WorkerMetrics:
             self.backend_errors.labels(operation=operation)
 
     def collectors(self) -> tuple:
-        return (self.task_wait, self.cycle, self.step_errors, self.backend_errors)
+        return (self.task_wait, self.cycle, self.step_errors, self.backend_errors, self.rounds)
+
+    def round_done(self, pipeline: str, seconds: float) -> None:
+        self.rounds.labels(pipeline=pipeline).observe(seconds)
 
     def step_failed(self, step: str) -> None:
         self.step_errors.labels(step=step).inc()
@@ -167,7 +176,7 @@ class HetpoolCollector:
         now = ctx.clock.now()
         with ctx.db.transaction() as session:
             inv = read_inventory(ctx, session)
-            snap = current_snapshot(ctx, session, inv)
+            snap = live_snapshot(ctx, session)
             pools = stats.pool_rows(snap)
             waiting = stats.waiting_tasks(ctx, session, inv, snap, None, now)
             states = stats.state_counts(session, None)

@@ -34,6 +34,9 @@ class Settings(BaseSettings):
     pipeline_batch: dict[str, int] = Field(default_factory=dict, description='per pipeline, e.g. {"dispatch": 100}')
     dispatch_concurrency: int = Field(default=4, ge=1, le=256, description="submits at once per (cluster, backend)")
     dispatch_concurrency_per_backend: dict[str, int] = Field(default_factory=dict, description='per backend kind, e.g. {"slurm": 8}')
+    network_in_transaction: Literal["raise", "warn"] = Field(
+        default="warn", description="an engine call inside a database transaction: raise (tests) or log it (server/engine_guard.py)"
+    )
     compat_overrides: Path | None = None
     max_request_bytes: int = Field(default=4 * 1024 * 1024, gt=0, description="larger request bodies (also chunked ones) get 413")
     # HTTP hardening (server/security.py, server/ratelimit.py; docs/operations-security.md).

@@ -133,4 +133,5 @@ def logs(
 ) -> dict:
     with ctx.db.transaction() as session:
         _visible_row(session, user, task_id, "task.logs")
-        return task_views.logs(ctx, session, task_id, rank=rank, offset=offset, limit=limit)
+        read = task_views.prepare_logs(ctx, session, task_id, rank=rank)
+    return read.fetch(offset=offset, limit=limit)  # the engine is asked with no transaction open

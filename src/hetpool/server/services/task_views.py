@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from hetpool.core.clock import iso_utc
 from hetpool.core.errors import SpecError
 from hetpool.core.states import TaskState
-from hetpool.engines.base import JobHandle
+from hetpool.engines.base import Backend, JobHandle
 from hetpool.server.db.models import AuditEventRow, PlacementRow, TaskRow
 from hetpool.server.schemas.tasks import TaskResponse
 from hetpool.server.services import audit
@@ -94,13 +96,29 @@ def list_tasks(
     return list(session.execute(stmt).scalars())
 
 
-def logs(ctx: ServiceContext, session: Session, task_id: str, *, rank: int, offset: int, limit: int) -> dict:
+@dataclass(frozen=True)
+class LogsRead:
+    """What `prepare_logs` found in the database; `fetch` asks the engine, and must be
+    called after the transaction (server/engine_guard.py refuses it inside one)."""
+
+    state: str
+    backend: Backend | None  # None: never dispatched, nothing to read
+    handle: JobHandle | None
+    rank: int
+
+    def fetch(self, *, offset: int, limit: int) -> dict:
+        terminal = TaskState(self.state).terminal
+        if self.backend is None or self.handle is None:
+            return {"text": "", "offset": 0, "complete": terminal, "state": self.state}
+        chunk = self.backend.logs(self.handle, rank=self.rank, offset=offset, limit=limit)
+        return {"text": chunk.text, "offset": chunk.offset, "complete": chunk.complete and terminal, "state": self.state}
+
+
+def prepare_logs(ctx: ServiceContext, session: Session, task_id: str, *, rank: int) -> LogsRead:
     row = get_row(session, task_id)
     if not row.job_id or not row.backend:
-        return {"text": "", "offset": 0, "complete": TaskState(row.state).terminal, "state": row.state}
+        return LogsRead(row.state, None, None, rank)
     if rank < 0 or (row.spec.get("workers", 1) <= rank):
         raise SpecError(f"rank: worker {rank} does not exist; the task has ranks 0..{row.spec.get('workers', 1) - 1}")
     cluster = load_inventory(ctx, session).clusters.get(row.cluster or "")
-    # The engine is asked inside the caller's transaction (issue 17 moves this call out).
-    chunk = ctx.backend_for(row.backend, cluster).logs(JobHandle(row.backend, row.job_id), rank=rank, offset=offset, limit=limit)
-    return {"text": chunk.text, "offset": chunk.offset, "complete": chunk.complete and TaskState(row.state).terminal, "state": row.state}
+    return LogsRead(row.state, ctx.backend_for(row.backend, cluster), JobHandle(row.backend, row.job_id), rank)

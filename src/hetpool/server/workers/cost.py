@@ -36,9 +36,10 @@ from hetpool.core.states import ACTIVE_STATES, TaskState
 from hetpool.governance.cost import Allocation, Charge, PriceBook, attempt_spans, charge, split_days, tenant_levels
 from hetpool.server.db.models import AuditEventRow, PlacementRow, TaskRow
 from hetpool.server.db.models_cost import CostAccrualRow, CostLedgerRow
+from hetpool.server.services.cluster_state import read_inventory
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.cost import budgets, raise_alerts_of
-from hetpool.server.services.inventory import Inventory, load_inventory
+from hetpool.server.services.inventory import Inventory
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,14 @@ def accrue_usage(ctx: ServiceContext, *, step_s: float = ACCRUE_STEP_S) -> int:
     by_task: dict[str, list[_Work]] = {}
     for item in work:
         by_task.setdefault(item.task_id, []).append(item)
+    # A bounded round: the first `batch_of("cost")` tasks now, the rest on the next round
+    # (the retry set brings them back, since the cursor moves past their events).
+    limit = ctx.settings.batch_of("cost")
+    if len(by_task) > limit:
+        later = sorted(by_task)[limit:]
+        state.retry |= set(later)
+        for task_id in later:
+            del by_task[task_id]
     done = 0
     if by_task:
         done = _charge_all(ctx, state, by_task, now)
@@ -100,7 +109,7 @@ def _check_budgets(ctx: ServiceContext, now: datetime) -> bool:
     """Raise each budget's due alerts, one transaction per budget: one that fails holds
     back no other budget (it is retried on the next pass). True when all were checked."""
     with ctx.db.transaction() as session:
-        inv = load_inventory(ctx, session)
+        inv = read_inventory(ctx, session)
     complete = True
     for budget in budgets(inv):
         try:
@@ -119,7 +128,7 @@ def _charge_all(ctx: ServiceContext, state: _Progress, by_task: dict[str, list[_
     """All tasks in one transaction; if that fails, each task alone so that one bad task
     cannot hold back the others (it is retried on the next pass)."""
     with ctx.db.transaction() as session:
-        inv = load_inventory(ctx, session)
+        inv = read_inventory(ctx, session)
     book = PriceBook(inv.by_kind("PriceList").values())
     try:
         with ctx.db.transaction() as session:

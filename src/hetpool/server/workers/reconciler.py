@@ -11,9 +11,10 @@ from hetpool.core.states import TaskState
 from hetpool.engines.base import JobHandle, JobPhase, JobStatus
 from hetpool.server.db.models import TaskRow
 from hetpool.server.services import task_lifecycle
+from hetpool.server.services.cluster_state import read_inventory
 from hetpool.server.services.context import ServiceContext
-from hetpool.server.services.inventory import load_inventory
 from hetpool.server.services.reclaim import RECLAIMED
+from hetpool.server.workers.claims import Rotation, claim_batch
 
 log = logging.getLogger(__name__)
 ACTOR = "reconciler"
@@ -21,11 +22,16 @@ _FOLLOWED = [TaskState.DISPATCHED.value, TaskState.RUNNING.value, TaskState.UNKN
 
 
 def reconcile_once(ctx: ServiceContext) -> int:
+    """One round: poll at most `batch_of("reconcile")` followed tasks — the next ones after
+    the previous round's (a Rotation: each followed task is visited in turn, however many
+    there are) — and record what their engines say."""
+    rotation = ctx.process_state("reconcile_rotation", Rotation)
     with ctx.db.transaction() as session:
-        rows = session.execute(select(TaskRow).where(TaskRow.state.in_(_FOLLOWED))).scalars().all()
+        query = select(TaskRow).where(TaskRow.state.in_(_FOLLOWED))
+        rows = claim_batch(session, query, key=TaskRow.id, limit=ctx.settings.batch_of("reconcile"), rotation=rotation)
         # A preemption request stops the job like a cancel does, then requeues the task.
         work = [(r.id, r.attempt, r.backend, r.job_id, r.cancel_requested or bool(r.preempt_reason)) for r in rows]
-        clusters = load_inventory(ctx, session).clusters if rows else {}
+        clusters = read_inventory(ctx, session).clusters if rows else {}
         cluster_of = {r.id: r.cluster or "" for r in rows}
     by_backend: dict[tuple[str, str], list] = defaultdict(list)
     for item in work:
