@@ -5,6 +5,7 @@ file and the log, or when the server itself is not trusted to answer.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 from hetpool.cli.db import _engine, fail
@@ -45,6 +46,6 @@ def verify_offline(
         if not inspect(engine).has_table("audit_events"):
             fail("the database has no audit_events table: not a hetpool database (or not migrated)")
         with Session(engine) as session, session.begin():
-            return audit_anchor.verify(session, found, problem)
+            return audit_anchor.verify(session, found, problem, key=anchor.key, now=datetime.now(UTC))
     finally:
         engine.dispose()

@@ -78,7 +78,7 @@ def verify(ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get
     # Checkpoints first: every one read was taken of a head the trail read next must contain.
     checkpoints, problem = ctx.audit_anchor.read()
     with ctx.db.transaction() as session:
-        return audit_anchor.verify(session, checkpoints, problem)
+        return audit_anchor.verify(session, checkpoints, problem, key=ctx.audit_anchor.key, now=ctx.clock.now())
 
 
 @router.post("/checkpoints", response_model=CheckpointResponse, summary="Checkpoint the chain head now (409 if the trail broke since the last one)")

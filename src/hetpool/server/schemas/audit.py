@@ -40,6 +40,7 @@ class CheckpointInfo(ApiModel):
 
 class AnchoredVerifyResponse(AuditVerifyResponse):
     checkpoints: int = Field(description="checkpoints whose signature verifies")
+    unchained_events: int = Field(default=0, description="events committed but not yet linked into the chain (services/audit_chain.py)")
     anchored_events: int = Field(description="events covered by the last checkpoint")
     unanchored_events: int = Field(description="events written after the last checkpoint: not yet anchored")
     last_checkpoint: CheckpointInfo | None = None

@@ -5,15 +5,16 @@ listed before it. Nothing is imported inside a function to get around a cycle (a
 means a module is in the wrong layer). tests/server/test_services_structure.py checks
 both rules against this list.
 
-  records      audit, audit_anchor, history, auth_cache
+  records      audit, audit_anchor, audit_chain (group commit of the chain), history,
+               auth_cache
   context      context (ServiceContext: settings, database, clock, catalog, engines, caches)
   identity     auth, access, web_sessions, duties
   lifecycle    task_lifecycle (the task state machine: transition, cancel, preempt), reclaim
   inventory    agent_nodes, inventory, users, cost, capacity_whatif, auto_pools,
                nodes (agents, liveness, device health), connector_sync
-  placement    hot_path (cached inventory, idle snapshot), task_planning (spec
-               resolution, live snapshot, placement, engine fit), sched_state (running
-               work, learned runtimes, the scheduler's snapshot)
+  placement    task_planning (spec resolution, placement, engine fit), sched_state
+               (running work, learned runtimes), cluster_state (the one per-process
+               cache: inventory, idle and live snapshots, admission verdicts)
   governance   quota, approvals, cycle_inputs (what a cycle reads: for the scheduler
                and for plan, which runs the same cycle with the planned task added)
   tasks        task_views (the task as the API shows it, listing, logs), tasks (plan and

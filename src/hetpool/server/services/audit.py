@@ -1,15 +1,26 @@
-"""Writing and checking the audit trail (within the caller's transaction)."""
+"""Writing and checking the audit trail.
+
+An audited write records its event in its own transaction. Where the engine batches appends
+(services/audit_chain.py, every server), that is a pending row with a MAC and no chain
+hash: no request takes the chain's lock. The chainer links committed pending rows into the
+chain a batch per transaction (chain_pending). Elsewhere the event is linked at once.
+"""
 
 from __future__ import annotations
 
 import csv
+import hashlib
+import hmac
 import io
+import logging
+import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
+from weakref import WeakKeyDictionary
 
-from sqlalchemy import func, select, text, update
+from sqlalchemy import Engine, delete, func, select, text, update
 from sqlalchemy.orm import Session
 
 from hetpool.core.clock import as_utc
@@ -17,10 +28,13 @@ from hetpool.core.errors import SpecError
 from hetpool.core.units import parse_duration
 from hetpool.governance.audit import GENESIS_HASH, Anchor, ChainBreak, ChainHead, canonical_json, event_hash, verify_chain
 from hetpool.server.db.models import AuditEventRow
-from hetpool.server.db.models_audit import AuditHeadRow
+from hetpool.server.db.models_audit import AuditHeadRow, AuditPendingRow
 
-# Held for the rest of the transaction on PostgreSQL so concurrent writers extend the
-# chain one after the other instead of forking it. SQLite serialises writers anyway.
+log = logging.getLogger(__name__)
+
+# Held for the rest of the transaction on PostgreSQL by whoever links events (an inline
+# record, or the chainer's round) so the chain is extended one batch after the other
+# instead of forking. SQLite serialises writers anyway.
 _AUDIT_LOCK_KEY = 0x68657470
 
 
@@ -40,6 +54,31 @@ def hashed_fields(row: AuditEventRow) -> dict[str, Any]:
     }
 
 
+class PendingSink(Protocol):
+    """Where batched appends go (services/audit_chain.py: AuditChainer)."""
+
+    key: bytes  # the audit key: pending rows carry a MAC under it
+
+    def chained_after_commit(self) -> None: ...
+
+
+# Engines whose audited writes are batched: their events wait in audit_pending for the
+# chainer instead of taking the chain's lock. An engine without one appends inline (the
+# offline CLI, tests that build a bare context, `audit_bench --mode legacy`).
+_sinks: WeakKeyDictionary[Engine, PendingSink] = WeakKeyDictionary()
+
+
+def batch_appends(engine: Engine, sink: PendingSink | None) -> None:
+    if sink is None:
+        _sinks.pop(engine, None)
+    else:
+        _sinks[engine] = sink
+
+
+def sink_for(engine: Engine) -> PendingSink | None:
+    return _sinks.get(engine)
+
+
 def record(
     session: Session,
     *,
@@ -50,42 +89,132 @@ def record(
     before: dict | None = None,
     after: dict | None = None,
     ts: datetime,
-) -> AuditEventRow:
+) -> AuditEventRow | AuditPendingRow:
+    """Record an event in the caller's transaction: as a pending row linked after the commit
+    when the engine batches appends, else linked here under the chain's lock."""
+    fields = {"ts": ts, "actor": actor, "action": action, "object_kind": object_kind, "object_id": object_id, "before": before, "after": after}
+    sink = _sinks.get(session.get_bind())
+    if sink is None:
+        lock_chain(session)
+        return link(session, [fields])[0]
+    row = AuditPendingRow(**fields, nonce=secrets.token_hex(16), mac="")
+    row.mac = pending_mac(sink.key, row)
+    session.add(row)
+    # Run by Database.transaction once the commit is done and the connection is back in the
+    # pool: the request then waits for (or leads) the round that chains its event.
+    hooks = session.info.setdefault("after_commit", [])
+    if sink.chained_after_commit not in hooks:
+        hooks.append(sink.chained_after_commit)
+    return row
+
+
+def lock_chain(session: Session) -> None:
+    """Held for the rest of the transaction: one writer of the chain at a time."""
     if session.bind.dialect.name == "postgresql":
         session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _AUDIT_LOCK_KEY})
+    else:
+        # SQLite: a write first, so this transaction holds the database's write lock before
+        # it reads the head (a read first could be overtaken by another writer).
+        session.execute(delete(AuditHeadRow).where(AuditHeadRow.id == -1))
+
+
+def link(session: Session, events: list[dict[str, Any]]) -> list[AuditEventRow]:
+    """Append `events` (the hashed fields, ts as a datetime) to the chain, under lock_chain."""
     # New events link to the head, not to whatever row is last: after a truncation the
     # next event's link breaks too, so writing on does not hide the deletion. Ids are
     # given here, one past both the head and the highest id, so they are never reused
     # (SQLite would reuse a deleted last id) and have no gaps (a PostgreSQL sequence
     # skips on rollback): a gap in the trail is then always a deletion.
-    # One round trip for both: this runs under the chain's lock on every audited write.
+    # One round trip for both: this runs under the chain's lock.
     top_id = select(func.max(AuditEventRow.id)).scalar_subquery()
     found = session.execute(select(AuditHeadRow.last_id, AuditHeadRow.hash, top_id).where(AuditHeadRow.id == 1)).first()
     head = ChainHead(found[0], found[1]) if found else None
     top = (found[2] if found else session.execute(select(func.max(AuditEventRow.id))).scalar()) or 0
     last = head.hash if head else session.execute(select(AuditEventRow.hash).where(AuditEventRow.id == top)).scalar()
-    row = AuditEventRow(
-        id=max(top, head.last_id if head else 0) + 1,
-        ts=ts,
-        actor=actor,
-        action=action,
-        object_kind=object_kind,
-        object_id=object_id,
-        before=before,
-        after=after,
-        prev_hash=last or GENESIS_HASH,
-        hash="",
-    )
-    row.hash = event_hash(row.prev_hash, hashed_fields(row))
-    session.add(row)
+    next_id, prev = max(top, head.last_id if head else 0) + 1, last or GENESIS_HASH
+    rows = []
+    for fields in events:
+        row = AuditEventRow(id=next_id, **fields, prev_hash=prev, hash="")
+        row.hash = event_hash(prev, hashed_fields(row))
+        rows.append(row)
+        next_id, prev = next_id + 1, row.hash
+    session.add_all(rows)
     session.flush()
     if head is None:
-        session.add(AuditHeadRow(id=1, last_id=row.id, hash=row.hash))
+        session.add(AuditHeadRow(id=1, last_id=rows[-1].id, hash=prev))
         session.flush()
     else:
-        move_head = update(AuditHeadRow).where(AuditHeadRow.id == 1).values(last_id=row.id, hash=row.hash)
+        move_head = update(AuditHeadRow).where(AuditHeadRow.id == 1).values(last_id=rows[-1].id, hash=prev)
         session.execute(move_head.execution_options(synchronize_session=False))
-    return row
+    return rows
+
+
+def pending_mac(key: bytes, row: AuditPendingRow) -> str:
+    """What a pending row must carry: only a holder of the audit key can make or re-make it."""
+    return hmac.new(key, (row.nonce + "\n" + canonical_json(hashed_fields(row))).encode(), hashlib.sha256).hexdigest()
+
+
+_PENDING_PAGE = 1000
+
+
+@dataclass(frozen=True)
+class ChainRound:
+    chained: int  # pending events linked into the chain
+    refused: tuple[int, ...]  # pending rows whose MAC does not hold: left where they are
+
+
+def chain_pending(session: Session, key: bytes) -> ChainRound:
+    """Link every committed pending event into the chain, oldest pending id first, in this
+    one transaction (the chainer's round). Rows with a bad MAC stay behind; verify names them."""
+    lock_chain(session)
+    chained, refused, after = 0, [], 0
+    while True:
+        stmt = select(AuditPendingRow).where(AuditPendingRow.id > after).order_by(AuditPendingRow.id).limit(_PENDING_PAGE)
+        page = session.execute(stmt).scalars().all()
+        good = [p for p in page if hmac.compare_digest(p.mac, pending_mac(key, p))]
+        refused += [p.id for p in page if p not in good]
+        if good:
+            link(session, [{name: getattr(p, name) for name in _LINKED} for p in good])
+            session.execute(delete(AuditPendingRow).where(AuditPendingRow.id.in_([p.id for p in good])))
+            chained += len(good)
+        if len(page) < _PENDING_PAGE:
+            break
+        after = page[-1].id
+    if refused:
+        log.error("audit: pending events %s do not match their MAC (modified or forged); left unchained", refused)
+    return ChainRound(chained, tuple(refused))
+
+
+_LINKED = ("ts", "actor", "action", "object_kind", "object_id", "before", "after")
+
+
+def unchained(session: Session, key: bytes | None, now: datetime | None, stale_after: timedelta) -> tuple[int, str | None]:
+    """How many events wait for the chainer, and the first problem with them: a row whose
+    MAC does not hold (modified or forged), or one waiting longer than `stale_after`."""
+    waiting = session.execute(select(func.count(AuditPendingRow.id))).scalar_one()
+    if not waiting:
+        return 0, None
+    for p in _paged_pending(session):
+        if key is not None and not hmac.compare_digest(p.mac, pending_mac(key, p)):
+            return waiting, f"unchained event (pending row {p.id}) does not match its MAC (modified or forged before it was chained)"
+        if now is not None and now - as_utc(p.ts) > stale_after:
+            return waiting, f"unchained event (pending row {p.id}) has waited since {_ts_text(p.ts)}Z: the chainer is not running"
+    return waiting, None
+
+
+def has_pending(session: Session) -> bool:
+    return session.execute(select(AuditPendingRow.id).limit(1)).first() is not None
+
+
+def _paged_pending(session: Session) -> Iterator[AuditPendingRow]:
+    after = 0
+    while True:
+        stmt = select(AuditPendingRow).where(AuditPendingRow.id > after).order_by(AuditPendingRow.id).limit(_PENDING_PAGE)
+        page = session.execute(stmt).scalars().all()
+        yield from page
+        if len(page) < _PENDING_PAGE:
+            return
+        after = page[-1].id
 
 
 def head(session: Session) -> ChainHead | None:

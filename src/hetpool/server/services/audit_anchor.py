@@ -21,7 +21,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from pathlib import Path
 
@@ -212,14 +212,29 @@ def _checkpoint_info(cp: anchor.Checkpoint | None) -> dict | None:
     return None if cp is None else {"seq": cp.seq, "ts": cp.ts, "event_id": cp.event_id, "event_hash": cp.event_hash, "events": cp.events}
 
 
-def verify(session: Session, checkpoints: list[anchor.Checkpoint], problem: anchor.CheckpointProblem | None) -> dict:
-    """The trail checked link by link and against the checkpoints (AnchoredVerifyResponse)."""
+# Pending events older than this are a finding: the chainer links them within milliseconds.
+UNCHAINED_BOUND = timedelta(seconds=60)
+
+
+def verify(
+    session: Session,
+    checkpoints: list[anchor.Checkpoint],
+    problem: anchor.CheckpointProblem | None,
+    *,
+    key: bytes | None = None,
+    now: datetime | None = None,
+) -> dict:
+    """The trail checked link by link and against the checkpoints (AnchoredVerifyResponse);
+    the events still waiting for the chainer too: their MAC under `key` (not checked
+    without it), and, given `now`, whether one waited longer than UNCHAINED_BOUND."""
     broken: ChainBreak | None = audit.verify(session, anchor.AnchorCheck(checkpoints))
     total = audit.count(session)
+    waiting, pending_problem = audit.unchained(session, key, now, UNCHAINED_BOUND)
     last, covered = anchor.anchored_events(checkpoints)
     report = {
-        "ok": broken is None and problem is None,
+        "ok": broken is None and problem is None and pending_problem is None,
         "events": total,
+        "unchained_events": waiting,
         "checkpoints": len(checkpoints),
         "anchored_events": min(covered, total),
         "unanchored_events": max(0, total - covered),
@@ -227,6 +242,8 @@ def verify(session: Session, checkpoints: list[anchor.Checkpoint], problem: anch
     }
     if broken is not None:
         report |= {"first_bad_event": broken.event_id, "problem": broken.problem}
+    elif pending_problem is not None:
+        report |= {"problem": pending_problem}
     if problem is not None:
         report |= {"checkpoint_problem": problem.text(), "bad_checkpoint_line": problem.line}
     return report
