@@ -3,6 +3,7 @@
 #   deploy/slurm.sh start   -> prints the slurm.conf path on stdout (export SLURM_CONF=$(deploy/slurm.sh start))
 #   deploy/slurm.sh stop
 #   deploy/slurm.sh conf    -> prints the slurm.conf path if the cluster is running
+#   deploy/slurm.sh stop-controller | start-controller   -> slurmctld alone down / up again (state kept)
 # Facts used: ../shared/reference/real-backends.md (Slurm section). No systemd: daemons are
 # started directly, recorded in PID files under the state dir and stopped by PID only.
 #
@@ -247,6 +248,24 @@ stop() {
   stop_pids 10 "$BASE"/run/slurmd-*.pid "$BASE/run/slurmctld.pid" "$BASE/munge/munged.pid"
 }
 
+# An outage of slurmctld alone (tests/engines/test_engine_faults.py): slurmd and the jobs keep
+# running; the controller saves its state on SIGTERM and recovers it when started without -c,
+# so the jobs it knew are known again afterwards.
+stop_controller() {
+  stop_pids 10 "$BASE/run/slurmctld.pid"
+}
+
+start_controller() {
+  export SLURM_CONF="$CONF"
+  if ! alive "$BASE/run/slurmctld.pid" slurmctld; then
+    "$SBIN/slurmctld" -f "$CONF" || { tail -n 20 "$BASE/log/slurmctld.log" >&2; exit 1; }
+  fi
+  NODE_NAMES=()
+  local node
+  for node in "${NODES[@]}"; do NODE_NAMES+=("${node%%|*}"); done
+  wait_up
+}
+
 conf() {
   alive "$BASE/run/slurmctld.pid" slurmctld || { log "not running"; exit 1; }
   echo "$CONF"
@@ -256,5 +275,7 @@ case "${1:-start}" in
   start) start ;;
   stop) stop ;;
   conf) conf ;;
-  *) echo "usage: $0 start|stop|conf" >&2; exit 2 ;;
+  stop-controller) stop_controller ;;
+  start-controller) start_controller ;;
+  *) echo "usage: $0 start|stop|conf|stop-controller|start-controller" >&2; exit 2 ;;
 esac

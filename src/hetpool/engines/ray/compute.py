@@ -286,6 +286,10 @@ class RayBackend(Backend, SupportsGang, SupportsLogStreaming):
             if self._verdict(name) is not None:
                 return handle  # cancelled (or failed) half-way through: start no more ranks
             nodes = self._nodes(client)
+            # A (re)starting head lists no nodes, or nodes whose resources are not reported yet:
+            # judging the job against that would fail it as "never fits".
+            if not nodes or not all(n.resources for n in nodes):
+                raise BackendUnavailableError(f"ray: {self.address} has not reported its nodes' resources yet (is the head starting?)")
             master = self._master_addr(existing[ranks[0]], self._node_for(workers[0], nodes))
             bodies = [self._plan(request, w, nodes, master) for w in workers]  # raises before anything starts
             for worker, body in zip(workers, bodies, strict=True):
