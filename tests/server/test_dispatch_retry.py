@@ -22,6 +22,7 @@ from hetpool.server.workers.dispatcher import (
     dispatch_once,
     retry_delay_s,
 )
+from hetpool.server.workers.reconciler import reconcile_once
 from hetpool.server.workers.scheduler import schedule_once
 from tests.server.helpers import example_task, run_to_end, task_state
 
@@ -73,7 +74,8 @@ def _next_try(message: str) -> datetime:
 
 
 def test_transient_errors_keep_the_task_admitted_with_growing_delays_then_it_dispatches_once(ctx: ServiceContext, demo: TestClient) -> None:
-    engine = FlakySubmit(ctx.backends["local"], BackendUnavailableError("slurm: sbatch could not reach slurmctld: Unable to contact slurm controller"))
+    outage = BackendUnavailableError("slurm: sbatch could not reach slurmctld: Unable to contact slurm controller")
+    engine = FlakySubmit(ctx.backends["local"], outage)
     ctx.backends["local"] = engine
     task_id = _admitted_task(ctx, demo)
     delays = []
@@ -173,3 +175,34 @@ def test_a_cancel_during_the_backoff_ends_the_task_without_a_submit(ctx: Service
     ctx.clock.advance(BACKOFF_CAP_S)
     dispatch_once(ctx)
     assert _task(demo, task_id)["state"] == "cancelled" and engine.accepted == 0
+
+
+class FailingPoll:
+    """The local backend, but `poll` raises `error` while it is set."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.error, self.kind = inner, None, inner.kind
+
+    def poll(self, handles):
+        if self.error is not None:
+            raise self.error
+        return self.inner.poll(handles)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def test_a_poll_error_of_any_kind_leaves_the_task_unknown_with_its_kind(ctx: ServiceContext, demo: TestClient) -> None:
+    engine = FailingPoll(ctx.backends["local"])
+    ctx.backends["local"] = engine
+    task_id = _admitted_task(ctx, demo, command="sleep 2; echo done")
+    dispatch_once(ctx)
+    kinds = ((RuntimeError("odd answer"), "could not be polled (unclassified error): odd answer"), (ValueError("bad"), "(permanent error)"))
+    for error, said in kinds:
+        engine.error = error
+        reconcile_once(ctx)
+        body = _task(demo, task_id)
+        assert body["state"] == "unknown" and said in body["message"]
+        engine.error = None
+        reconcile_once(ctx)  # the engine answers again: the job is still there
+    assert run_to_end(ctx, demo, task_id)["state"] == "succeeded"

@@ -8,13 +8,13 @@ from collections import defaultdict
 from sqlalchemy import select
 
 from hetpool.core.states import TaskState
-from hetpool.engines.base import JobHandle, JobPhase, JobStatus
+from hetpool.engines.base import EngineFault, JobHandle, JobPhase, JobStatus, classify
+from hetpool.server.db.claims import Rotation, claim_batch
 from hetpool.server.db.models import TaskRow
 from hetpool.server.services import task_lifecycle
 from hetpool.server.services.cluster_state import read_inventory
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.reclaim import RECLAIMED
-from hetpool.server.workers.claims import Rotation, claim_batch
 
 log = logging.getLogger(__name__)
 ACTOR = "reconciler"
@@ -47,10 +47,13 @@ def reconcile_once(ctx: ServiceContext) -> int:
                 if cancel_requested:
                     backend.cancel(JobHandle(backend_kind, job_id))
             statuses = backend.poll([JobHandle(backend_kind, job_id) for _, _, _, job_id, _ in items])
-        except Exception as exc:  # unreachable engine: its tasks become unknown, never failed
-            log.warning("backend %s of cluster %s unreachable: %s", backend_kind, cluster_name, exc)
+        except Exception as exc:  # of any kind (engines/base.py classify): a failed poll makes its tasks unknown, never failed
+            fault = classify(exc)
+            what = "unreachable" if fault == EngineFault.TRANSIENT else f"could not be polled ({fault.value} error)"
+            report = log.exception if fault == EngineFault.UNCLASSIFIED else log.warning
+            report("backend %s of cluster %s %s: %s", backend_kind, cluster_name, what, exc)
             for task_id, attempt, *_ in items:
-                changes += _mark_unknown(ctx, task_id, attempt, f"{backend_kind} backend of cluster {cluster_name or '-'} unreachable: {exc}")
+                changes += _mark_unknown(ctx, task_id, attempt, f"{backend_kind} backend of cluster {cluster_name or '-'} {what}: {exc}")
             continue
         for task_id, attempt, _, job_id, cancel_requested in items:
             status = statuses.get(job_id, JobStatus(JobPhase.LOST))
