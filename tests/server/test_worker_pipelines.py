@@ -1,6 +1,6 @@
 """Worker pipelines (server/workers/loop.py): each in its own thread, so a submit blocked in
 its engine holds up neither scheduling nor reconciling; bounded batch claims
-(server/workers/claims.py), with SKIP LOCKED on PostgreSQL; the settings that shape them."""
+(server/db/claims.py), with SKIP LOCKED on PostgreSQL; the settings that shape them."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from pydantic import ValidationError
 from sqlalchemy import select
 
 from hetpool.core.states import TaskState
+from hetpool.server.db.claims import ClaimSet, Rotation, claim_batch
 from hetpool.server.db.models import TaskRow
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.settings import Settings
-from hetpool.server.workers.claims import ClaimSet, Rotation, claim_batch
 from hetpool.server.workers.dispatcher import dispatch_once
 from hetpool.server.workers.loop import WorkerPipelines
 from hetpool.server.workers.reconciler import reconcile_once

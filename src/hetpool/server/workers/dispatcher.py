@@ -34,13 +34,13 @@ from hetpool.core.inventory import ClusterSpec
 from hetpool.core.states import TaskState
 from hetpool.engines.base import EngineFault, JobHandle, LaunchRequest, WorkerLaunch, classify
 from hetpool.server import tracing
+from hetpool.server.db.claims import ClaimSet, claim_batch
 from hetpool.server.db.models import TaskRow
 from hetpool.server.leader import check_fence
 from hetpool.server.services import audit, task_lifecycle
 from hetpool.server.services.cluster_state import read_inventory
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.task_views import placements_of
-from hetpool.server.workers.claims import ClaimSet, claim_batch
 
 log = logging.getLogger(__name__)
 ACTOR = "dispatcher"

@@ -2,7 +2,7 @@
 
 A submit can take seconds (`sbatch` against a busy controller, a Ray head restarting), so
 the dispatch pipeline does not submit in its own thread: each round claims a batch of
-admitted tasks (workers/claims.py) and hands each to its lane, whose pool runs at most
+admitted tasks (db/claims.py) and hands each to its lane, whose pool runs at most
 `dispatch_concurrency_of(kind)` submits at once. A slow Slurm then fills the Slurm lane
 only; Ray and local tasks keep going. A lane whose queue already holds as many tasks as
 it runs at once is left out of the next claim, so a stuck engine does not collect the
@@ -21,10 +21,10 @@ from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from hetpool.server.db.claims import ClaimSet
 from hetpool.server.leader import LeadershipLost, current_fence, fenced
 from hetpool.server.metrics import worker_metrics
 from hetpool.server.services.context import ServiceContext
-from hetpool.server.workers.claims import ClaimSet
 from hetpool.server.workers.dispatcher import DispatchItem, claim_dispatch_batch, dispatch_item
 
 log = logging.getLogger(__name__)

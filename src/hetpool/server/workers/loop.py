@@ -10,7 +10,7 @@ replica that lost the lease mid-round records nothing. One lease for all pipelin
 the guarantee simple: the scheduler's admissions and the dispatcher's submits are never
 split between two replicas.
 
-Each pipeline takes bounded batches (workers/claims.py; `worker_batch`, `pipeline_batch`)
+Each pipeline takes bounded batches (db/claims.py; `worker_batch`, `pipeline_batch`)
 and fails alone: an exception is logged and counted, and the next round retries.
 
 `run_pass(ctx)` drives one round of every pipeline, in order, in the caller's thread: the

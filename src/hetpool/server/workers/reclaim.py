@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 
 from hetpool.governance.reclaim import decide
+from hetpool.server.db.claims import Rotation
 from hetpool.server.services import reclaim as reclaim_service
 from hetpool.server.services.context import ServiceContext
-from hetpool.server.workers.claims import Rotation
 
 log = logging.getLogger(__name__)
 
