@@ -6,6 +6,7 @@ file; foreign keys are switched on (SQLite leaves them off by default).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -50,6 +51,16 @@ def migrate(engine: Engine) -> None:
         command.upgrade(cfg, "heads")
 
 
+# Transactions open on each thread, over every Database: engine calls check it
+# (server/engine_guard.py) so that none is made while a transaction holds locks.
+_open = threading.local()
+
+
+def in_transaction() -> bool:
+    """Whether this thread is inside a `Database.transaction()` (of any database)."""
+    return getattr(_open, "depth", 0) > 0
+
+
 class Database:
     def __init__(self, url: str) -> None:
         self.url = url
@@ -66,8 +77,16 @@ class Database:
     @contextmanager
     def transaction(self) -> Iterator[Session]:
         """A session inside one transaction: committed on success, rolled back on error."""
-        with self.sessions() as session, session.begin():
-            yield session
+        _open.depth = getattr(_open, "depth", 0) + 1
+        try:
+            with self.sessions() as session, session.begin():
+                yield session
+        finally:
+            _open.depth -= 1
+        # After the commit, with the connection back in the pool: callbacks registered in
+        # session.info["after_commit"] (the audit chain's group commit, services/audit.py).
+        for callback in session.info.pop("after_commit", ()):
+            callback()
 
     def dispose(self) -> None:
         self.engine.dispose()
