@@ -142,7 +142,7 @@ def test_a_forged_pending_event_is_caught(ctx: ServiceContext, api: TestClient) 
     _record_and_crash(ctx, "real")
     with ctx.db.transaction() as session:
         real = session.execute(select(AuditPendingRow)).scalar_one()
-        forged = {c: getattr(real, c) for c in ("ts", "actor", "action", "object_kind", "object_id", "before", "after", "mac")}
+        forged = {c: getattr(real, c) for c in ("ts", "actor", "action", "object_kind", "object_id", "before", "after", "key_id", "mac")}
         session.add(AuditPendingRow(**forged | {"object_id": "forged", "nonce": "f" * 32}))
     report = _verify(api)
     assert not report["ok"] and "does not match its MAC" in report["problem"]
@@ -165,3 +165,15 @@ def test_tampering_with_a_chained_event_is_still_caught(ctx: ServiceContext, api
         session.execute(text("UPDATE audit_events SET actor = 'mallory' WHERE id = :i"), {"i": target})
     report = _verify(api)
     assert not report["ok"] and report["first_bad_event"] == target
+
+
+def test_a_replica_with_another_key_leaves_pending_rows_to_their_writer(ctx: ServiceContext, api: TestClient) -> None:
+    _record_and_crash(ctx, "from-a")  # written by this server (replica A)
+    replica_b = audit_chain.AuditChainer(ctx.db, b"b" * 64)
+    assert replica_b.chain_now() == audit.ChainRound(0, ())  # not its key: neither linked nor refused
+    ids, pending, _ = _trail(ctx)
+    assert "from-a" not in ids and pending == 1
+    assert _verify(api)["ok"]
+    audit_chain.chainer_for(ctx.db).chain_now()  # A's next round
+    ids, pending, broken = _trail(ctx)
+    assert "from-a" in ids and pending == 0 and broken is None

@@ -45,4 +45,7 @@ class AuditPendingRow(Base):
     before: Mapped[dict | None] = mapped_column(JSON)
     after: Mapped[dict | None] = mapped_column(JSON)
     nonce: Mapped[str] = mapped_column(String(32), unique=True)
+    # Which key made `mac` (governance/audit_anchor.key_id): a replica with another key
+    # leaves the row to the replica that wrote it.
+    key_id: Mapped[str] = mapped_column(String(64), index=True)
     mac: Mapped[str] = mapped_column(String(64))

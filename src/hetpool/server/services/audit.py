@@ -27,6 +27,7 @@ from hetpool.core.clock import as_utc
 from hetpool.core.errors import SpecError
 from hetpool.core.units import parse_duration
 from hetpool.governance.audit import GENESIS_HASH, Anchor, ChainBreak, ChainHead, canonical_json, event_hash, verify_chain
+from hetpool.governance.audit_anchor import key_id
 from hetpool.server.db.models import AuditEventRow
 from hetpool.server.db.models_audit import AuditHeadRow, AuditPendingRow
 
@@ -58,6 +59,7 @@ class PendingSink(Protocol):
     """Where batched appends go (services/audit_chain.py: AuditChainer)."""
 
     key: bytes  # the audit key: pending rows carry a MAC under it
+    key_id: str  # governance/audit_anchor.key_id(key), stored with each pending row
 
     def chained_after_commit(self) -> None: ...
 
@@ -97,7 +99,7 @@ def record(
     if sink is None:
         lock_chain(session)
         return link(session, [fields])[0]
-    row = AuditPendingRow(**fields, nonce=secrets.token_hex(16), mac="")
+    row = AuditPendingRow(**fields, nonce=secrets.token_hex(16), key_id=sink.key_id, mac="")
     row.mac = pending_mac(sink.key, row)
     session.add(row)
     # Run by Database.transaction once the commit is done and the connection is back in the
@@ -164,12 +166,14 @@ class ChainRound:
 
 
 def chain_pending(session: Session, key: bytes) -> ChainRound:
-    """Link every committed pending event into the chain, oldest pending id first, in this
-    one transaction (the chainer's round). Rows with a bad MAC stay behind; verify names them."""
+    """Link every committed pending event made under `key` into the chain, oldest pending id
+    first, in this one transaction (the chainer's round). Rows of another key are left to the
+    replica holding it; rows with a bad MAC stay behind, and verify names them."""
     lock_chain(session)
     chained, refused, after = 0, [], 0
+    mine = AuditPendingRow.key_id == key_id(key)
     while True:
-        stmt = select(AuditPendingRow).where(AuditPendingRow.id > after).order_by(AuditPendingRow.id).limit(_PENDING_PAGE)
+        stmt = select(AuditPendingRow).where(mine, AuditPendingRow.id > after).order_by(AuditPendingRow.id).limit(_PENDING_PAGE)
         page = session.execute(stmt).scalars().all()
         good = [p for p in page if hmac.compare_digest(p.mac, pending_mac(key, p))]
         refused += [p.id for p in page if p not in good]
@@ -190,12 +194,13 @@ _LINKED = ("ts", "actor", "action", "object_kind", "object_id", "before", "after
 
 def unchained(session: Session, key: bytes | None, now: datetime | None, stale_after: timedelta) -> tuple[int, str | None]:
     """How many events wait for the chainer, and the first problem with them: a row whose
-    MAC does not hold (modified or forged), or one waiting longer than `stale_after`."""
+    MAC does not hold (modified or forged; checked for rows made under `key`: another
+    replica's key is not known here), or one waiting longer than `stale_after`."""
     waiting = session.execute(select(func.count(AuditPendingRow.id))).scalar_one()
     if not waiting:
         return 0, None
     for p in _paged_pending(session):
-        if key is not None and not hmac.compare_digest(p.mac, pending_mac(key, p)):
+        if key is not None and p.key_id == key_id(key) and not hmac.compare_digest(p.mac, pending_mac(key, p)):
             return waiting, f"unchained event (pending row {p.id}) does not match its MAC (modified or forged before it was chained)"
         if now is not None and now - as_utc(p.ts) > stale_after:
             return waiting, f"unchained event (pending row {p.id}) has waited since {_ts_text(p.ts)}Z: the chainer is not running"

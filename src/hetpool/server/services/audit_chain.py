@@ -19,6 +19,7 @@ import logging
 import threading
 import time
 
+from hetpool.governance.audit_anchor import key_id
 from hetpool.server.db.session import Database
 from hetpool.server.services import audit
 
@@ -31,6 +32,7 @@ class AuditChainer:
     def __init__(self, db: Database, key: bytes, *, wait_s: float = 5.0) -> None:
         self.db = db
         self.key = key
+        self.key_id = key_id(key)
         self.wait_s = wait_s
         self._cond = threading.Condition()
         self._requested = 0  # tickets handed out: one per commit that wrote a pending event

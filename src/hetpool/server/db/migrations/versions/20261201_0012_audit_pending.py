@@ -29,6 +29,7 @@ def upgrade() -> None:
         sa.Column("before", sa.JSON(), nullable=True),
         sa.Column("after", sa.JSON(), nullable=True),
         sa.Column("nonce", sa.String(length=32), nullable=False, unique=True),
+        sa.Column("key_id", sa.String(length=64), nullable=False, index=True),
         sa.Column("mac", sa.String(length=64), nullable=False),
         sqlite_autoincrement=True,
     )
