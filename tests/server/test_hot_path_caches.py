@@ -1,4 +1,4 @@
-"""The submit path's per-process caches (inventory, idle snapshot, token resolution) never
+"""The submit path's per-process caches (cluster state, token resolution) never
 serve stale answers: every inventory change shows in the next submit, and a role change,
 user deletion or revocation applies at once on the replica that made it, and on another
 replica once AUTH_CACHE_S has passed."""
@@ -14,6 +14,7 @@ from hetpool.engines.local import LocalBackend
 from hetpool.server.app import create_app
 from hetpool.server.db.session import Database
 from hetpool.server.services import auth_cache
+from hetpool.server.services.cluster_state import cluster_state
 from hetpool.server.services.context import ServiceContext
 from tests.server.test_access_api import as_token, make_user
 
@@ -34,16 +35,16 @@ def submit(client: TestClient, name: str, **overrides) -> TestClient:
 def test_submits_reuse_the_inventory_until_it_changes(ctx: ServiceContext, demo: TestClient) -> None:
     for i in range(3):
         assert submit(demo, f"warm-{i}").status_code == 201
-    loads = ctx.hot_path.inventory_loads
+    loads = cluster_state(ctx).inventory_loads
     assert submit(demo, "still-warm").status_code == 201
-    assert ctx.hot_path.inventory_loads == loads  # unchanged inventory: not read again
+    assert cluster_state(ctx).inventory_loads == loads  # unchanged inventory: not read again
 
     # A template created a moment ago is known to the very next submit.
     assert demo.post("/api/v1/apply", json={"documents": [NPU_TEMPLATE]}).status_code == 200
     created = submit(demo, "new-template", template="cache-probe")
     assert created.status_code == 201, created.text
     assert created.json()["type"] == "batch-inference"
-    assert ctx.hot_path.inventory_loads == loads + 1
+    assert cluster_state(ctx).inventory_loads == loads + 1
 
     # An update (generation + 1) is seen too: the template now asks for more NPUs than any node has.
     bigger = {**NPU_TEMPLATE, "defaults": {**NPU_TEMPLATE["defaults"], "per_worker": {"devices": {"class": "npu", "count": 64}}}}

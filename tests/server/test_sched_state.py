@@ -1,4 +1,5 @@
-"""The scheduler's database view: the snapshot kept between cycles and learned runtimes."""
+"""The scheduler's database view: the live snapshot kept between cycles (cluster_state) and
+learned runtimes."""
 
 from __future__ import annotations
 
@@ -10,24 +11,24 @@ from sqlalchemy import update
 
 from hetpool.server.db.models import TaskRow
 from hetpool.server.services.context import ServiceContext
+from hetpool.server.services.cluster_state import cluster_state, live_snapshot
 from hetpool.server.services.inventory import load_inventory
 from hetpool.server.services.sched_state import learned_runtimes, running_tasks
-from hetpool.server.services.task_planning import current_snapshot
 from hetpool.server.workers.loop import run_pass
-from hetpool.server.workers.scheduler import snapshot_cache
 from tests.server.helpers import drive_until, example_task, task_state
 
 
 def _fresh(ctx: ServiceContext):
+    """The snapshot built from scratch: by a context with an empty cache, on the same database."""
+    other = ServiceContext(settings=ctx.settings, db=ctx.db, clock=ctx.clock)
     with ctx.db.transaction() as session:
-        inv = load_inventory(ctx, session)
-        return current_snapshot(ctx, session, inv)
+        return live_snapshot(other, session)
 
 
 def _synced(ctx: ServiceContext):
     """The cached snapshot brought up to date, as the next cycle would see it."""
     with ctx.db.transaction() as session:
-        return snapshot_cache(ctx).current(session, load_inventory(ctx, session))
+        return live_snapshot(ctx, session)
 
 
 def _same(a, b) -> None:
@@ -42,8 +43,8 @@ def test_snapshot_is_updated_incrementally_between_cycles(ctx: ServiceContext, d
     sleeper = {**example_task("pytorch24-npu.yaml"), "command": "sleep 30"}
     first = demo.post("/api/v1/tasks", json=sleeper).json()["id"]
     drive_until(ctx, lambda: task_state(demo, first) == "running")
-    cache = snapshot_cache(ctx)
-    assert cache.rebuilds == 1
+    cache = cluster_state(ctx)
+    assert cache.live_rebuilds == 1
     _same(_synced(ctx), _fresh(ctx))
     second = demo.post("/api/v1/tasks", json={**example_task("data-prep.yaml"), "command": "sleep 30"}).json()["id"]
     drive_until(ctx, lambda: task_state(demo, second) == "running")
@@ -51,7 +52,7 @@ def test_snapshot_is_updated_incrementally_between_cycles(ctx: ServiceContext, d
     drive_until(ctx, lambda: task_state(demo, first) == "cancelled")
     demo.post("/api/v1/tasks", json=example_task("data-prep.yaml"))
     run_pass(ctx)
-    assert cache.rebuilds == 1  # workers came and went: applied in place, not rebuilt
+    assert cache.live_rebuilds == 1  # workers came and went: applied in place, not rebuilt
     _same(_synced(ctx), _fresh(ctx))
     # An inventory change rebuilds it.
     demo.post(
@@ -71,7 +72,7 @@ def test_snapshot_is_updated_incrementally_between_cycles(ctx: ServiceContext, d
     )
     fourth = demo.post("/api/v1/tasks", json=example_task("data-prep.yaml")).json()["id"]
     drive_until(ctx, lambda: task_state(demo, fourth) == "succeeded")
-    assert cache.rebuilds == 2
+    assert cache.live_rebuilds == 2
     demo.post(f"/api/v1/tasks/{second}/cancel")
     drive_until(ctx, lambda: task_state(demo, second) == "cancelled")
 

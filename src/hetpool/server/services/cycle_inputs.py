@@ -20,6 +20,7 @@ from hetpool.scheduling.cycle import CycleResult, Decision, QueuedTask, run_cycl
 from hetpool.scheduling.running import RunningTask
 from hetpool.scheduling.snapshot import Snapshot
 from hetpool.server.db.models import TaskRow
+from hetpool.server.services.cluster_state import live_snapshot, read_inventory, record_measured
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.inventory import Inventory
 from hetpool.server.services.quota import quota_book
@@ -40,10 +41,10 @@ def set_aside_message(error: str) -> str:
 
 @dataclass
 class CycleLoad:
-    """Everything `run_cycle` needs besides the snapshot, as of one transaction."""
+    """Everything `run_cycle` needs, as of one transaction."""
 
     inv: Inventory  # with measured performance written over the catalog's
-    measured_key: str  # names the measured figures (a change rebuilds the scheduler's snapshot)
+    snap: Snapshot  # the live snapshot (a private copy), with the same measured performance
     queue: list[QueuedTask]
     invalid: list[tuple[str, str]]  # (task id, reason): queued tasks whose spec no longer resolves
     running: list[RunningTask]
@@ -63,9 +64,12 @@ class CycleLoad:
         }
 
 
-def load_cycle(session: Session, inv: Inventory, rows: list[TaskRow], now: datetime) -> CycleLoad:
-    """The cycle's inputs for the queued task rows `rows`, over the inventory `inv`."""
+def load_cycle(ctx: ServiceContext, session: Session, rows: list[TaskRow], now: datetime) -> CycleLoad:
+    """The cycle's inputs for the queued task rows `rows`: the inventory and the live
+    snapshot from the cluster-state cache (one load for the scheduler and for plan)."""
+    inv = read_inventory(ctx, session)
     measured = measured_performance(session, inv)
+    record_measured(ctx, measured)  # before the snapshot: it is built with these figures
     inv = apply_measured(inv, measured)
     learned = learned_runtimes(session, inv)
     running = running_tasks(session, inv, learned, now)
@@ -83,11 +87,10 @@ def load_cycle(session: Session, inv: Inventory, rows: list[TaskRow], now: datet
         except Exception as exc:
             invalid.append((row.id, set_aside_message(f"{type(exc).__name__}: {exc}")))
     book = quota_book(inv, running) if inv.quotas else None
-    key = repr(sorted((m, sorted(f.items())) for m, f in measured.items()))
-    return CycleLoad(inv, key, queue, invalid, running, learned, book)
+    return CycleLoad(inv, live_snapshot(ctx, session), queue, invalid, running, learned, book)
 
 
-def run_with_planned_task(ctx: ServiceContext, load: CycleLoad, snap: Snapshot, spec: TaskSpec, now: datetime) -> Decision:
+def run_with_planned_task(ctx: ServiceContext, load: CycleLoad, spec: TaskSpec, now: datetime) -> Decision:
     """The decision the next cycle would make for `spec` were it queued now, behind `load.queue`.
 
     The forecast horizon covers the whole queue given, so that the planned task gets an
@@ -97,5 +100,5 @@ def run_with_planned_task(ctx: ServiceContext, load: CycleLoad, snap: Snapshot, 
     horizon = max(policy.estimate_horizon or 0, len(load.queue) + 1)
     options["policy"] = policy.model_copy(update={"estimate_horizon": horizon})
     me = QueuedTask(PLANNED_TASK_ID, with_runtime(spec, load.learned), now)
-    result: CycleResult = run_cycle(snap, [*load.queue, me], ctx.compat.check, now, **options)
+    result: CycleResult = run_cycle(load.snap, [*load.queue, me], ctx.compat.check, now, **options)
     return next(d for d in result.decisions if d.task_id == PLANNED_TASK_ID)

@@ -30,10 +30,11 @@ from hetpool.server.db.models import TaskRow
 from hetpool.server.services import approvals as approval_service
 from hetpool.server.services import duties
 from hetpool.server.services.auth import Principal
+from hetpool.server.services.cluster_state import live_snapshot
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.inventory import Inventory, load_inventory
 from hetpool.server.services.sched_state import learned_runtimes, with_runtime
-from hetpool.server.services.task_planning import current_snapshot, placement_options
+from hetpool.server.services.task_planning import placement_options
 
 
 def approval_inbox(
@@ -113,7 +114,7 @@ class _Estimator:
     def _load(self) -> tuple[Inventory, Snapshot, PriceBook, dict[str, float]]:
         if self._loaded is None:
             inv = load_inventory(self.ctx, self.session)
-            snap = current_snapshot(self.ctx, self.session, inv)
+            snap = live_snapshot(self.ctx, self.session)
             self._loaded = (inv, snap, PriceBook(inv.by_kind("PriceList").values()), learned_runtimes(self.session, inv))
         return self._loaded
 

@@ -1,5 +1,5 @@
 """Host agents: registration, heartbeats, liveness. Offline nodes and abnormal devices
-are kept out of scheduling (see sched_state.SnapshotCache)."""
+are kept out of scheduling (see cluster_state)."""
 
 from __future__ import annotations
 

@@ -13,9 +13,9 @@ from hetpool.core.errors import NotFoundError
 from hetpool.core.inventory import DeviceModelSpec, TaskType
 from hetpool.core.tasks import FrameworkRequest
 from hetpool.server.db.models import NodeStatusRow
+from hetpool.server.services.cluster_state import live_snapshot
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.inventory import load_inventory
-from hetpool.server.services.task_planning import current_snapshot
 
 
 def pool_profile(ctx: ServiceContext, session: Session, name: str) -> dict:
@@ -23,7 +23,7 @@ def pool_profile(ctx: ServiceContext, session: Session, name: str) -> dict:
     spec = inv.pools.get(name)
     if spec is None:
         raise NotFoundError(f"Pool {name!r} not found")
-    snap = current_snapshot(ctx, session, inv)
+    snap = live_snapshot(ctx, session)
     view = snap.pools[snap.pool_by_name[name]] if name in snap.pool_by_name else None
     model = inv.catalog.get(spec.model)
     stack = view.stack if view is not None else spec.stack

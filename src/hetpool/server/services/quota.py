@@ -21,10 +21,11 @@ from hetpool.scheduling.quota_fit import never_within_quota
 from hetpool.scheduling.quota_view import QuotaCeiling
 from hetpool.scheduling.running import RunningTask
 from hetpool.scheduling.snapshot import Snapshot
+from hetpool.server.services.cluster_state import live_snapshot
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.inventory import Inventory
 from hetpool.server.services.sched_state import learned_runtimes, running_tasks
-from hetpool.server.services.task_planning import current_snapshot, placement_options
+from hetpool.server.services.task_planning import placement_options
 
 
 def quota_book(inv: Inventory, running: list[RunningTask]) -> QuotaBook:
@@ -49,7 +50,7 @@ def over_quota(ctx: ServiceContext, session: Session, inv: Inventory, spec: Task
     book = _book_now(ctx, session, inv)
     if not book.applicable(spec.tenant, spec.env.value, spec.task_type.value):
         return None
-    snap = current_snapshot(ctx, session, inv)
+    snap = live_snapshot(ctx, session)
     result = assign(snap, spec, ctx.compat.check)
     if not result.feasible:
         result = assign(snap.emptied(), spec, ctx.compat.check)

@@ -25,9 +25,9 @@ from hetpool.core.inventory import DeviceModelSpec, NodeSpec, PoolSpec, Software
 from hetpool.core.tasks import FrameworkRequest
 from hetpool.scheduling.snapshot import Snapshot, node_features
 from hetpool.server.db.models import ConnectorSyncRow, NodeStatusRow
+from hetpool.server.services.cluster_state import live_snapshot
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.inventory import Inventory, load_inventory
-from hetpool.server.services.task_planning import current_snapshot
 
 DEVICE_STATUSES = ("idle", "busy", "abnormal", "offline")
 NODE_STATES = ("ready", "draining", "drained", "down", "offline", "unknown")
@@ -236,7 +236,7 @@ def _check_names(inv: Inventory, filters: TreeFilters) -> None:
 def resource_tree(ctx: ServiceContext, session: Session, filters: TreeFilters) -> dict:
     inv = load_inventory(ctx, session)
     _check_names(inv, filters)
-    snap = current_snapshot(ctx, session, inv)
+    snap = live_snapshot(ctx, session)
     states = {r.node: r for r in session.execute(select(NodeStatusRow)).scalars()}
     syncs = {r.cluster: r for r in session.execute(select(ConnectorSyncRow)).scalars()}
     builder = _TreeBuilder(ctx, inv, snap, states, filters)

@@ -1,13 +1,12 @@
-"""The scheduler's view of the database: running work, learned runtimes, queued tasks,
-and an incrementally maintained snapshot."""
+"""The scheduler's view of the database: running work, learned runtimes and measured
+performance (the snapshot itself is kept by cluster_state)."""
 
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from hetpool.core.inventory import TaskType
@@ -17,10 +16,9 @@ from hetpool.core.tasks import Priority, TaskSpec
 from hetpool.scheduling.estimate import runtime_on
 from hetpool.scheduling.forecast import end_after
 from hetpool.scheduling.running import BASIS_ESTIMATE, BASIS_HISTORY, RunningTask, revise_overruns
-from hetpool.scheduling.snapshot import Allocation, Snapshot, build_snapshot
-from hetpool.server.db.models import InventoryObjectRow, PlacementRow, TaskRow
+from hetpool.scheduling.snapshot import Allocation
+from hetpool.server.db.models import PlacementRow, TaskRow
 from hetpool.server.services.inventory import Inventory
-from hetpool.server.services.nodes import engine_busy, health_view
 
 HISTORY_SAMPLES = 20
 
@@ -92,7 +90,7 @@ def running_tasks(session: Session, inv: Inventory, learned: dict[str, float], n
                 tenant=row.tenant,
                 priority_rank=Priority(row.priority).rank,
                 task_type=spec.task_type,
-                allocations=tuple(_allocation(p) for p in mine),
+                allocations=tuple(allocation_of(p) for p in mine),
                 started_at=started,
                 expected_end=expected_end,
                 preemptible=spec.preemptible and row.preempt_reason is None and row.preemptions < max_preemptions,
@@ -129,88 +127,13 @@ def _holding_only(row: TaskRow, mine: list[PlacementRow], started: datetime) -> 
     not evicted on the strength of a spec nobody can read."""
     rank = Priority(row.priority).rank if row.priority in Priority.__members__.values() else Priority.NORMAL.rank
     task_type = TaskType(row.task_type) if row.task_type in TaskType.__members__.values() else TaskType.GENERAL
-    allocations = tuple(_allocation(p) for p in mine)
+    allocations = tuple(allocation_of(p) for p in mine)
     return RunningTask(row.id, row.tenant, rank, task_type, allocations, started, None, False, row.preempt_reason is not None, row.env)
 
 
-def _allocation(p: PlacementRow) -> Allocation:
+def allocation_of(p: PlacementRow) -> Allocation:
+    """What a placement row holds, as the snapshot takes it."""
     return Allocation(p.node, p.pool, tuple(p.device_indices), p.device_fraction, p.cpu, p.memory_gb)
-
-
-@dataclass
-class SnapshotCache:
-    """Keeps one snapshot between cycles and applies allocation changes to it.
-
-    The snapshot is rebuilt only when the inventory changes; otherwise the workers that
-    started or ended since the last cycle are taken or released in place.
-    """
-
-    fingerprint: tuple | None = None
-    snapshot: Snapshot | None = None
-    held: dict[tuple[str, int, int], Allocation] = field(default_factory=dict)
-    rebuilds: int = 0
-    extra: str = ""
-
-    def current(self, session: Session, inv: Inventory, extra: str | None = None) -> Snapshot:
-        """The snapshot for `inv`; `extra` names anything else it was built from (measured
-        performance), so that a change there rebuilds it too (None: as last time)."""
-        extra = self.extra if extra is None else extra
-        self.extra = extra
-        # Any create (new max id), update (generation +1) or delete (count) changes this.
-        row = session.execute(
-            select(func.count(InventoryObjectRow.id), func.sum(InventoryObjectRow.generation), func.max(InventoryObjectRow.id))
-        ).one()
-        fingerprint = (row[0], row[1], row[2], extra)
-        active = {
-            (p.task_id, p.attempt, p.rank): _allocation(p)
-            for p in session.execute(
-                select(PlacementRow)
-                .join(TaskRow, (PlacementRow.task_id == TaskRow.id) & (PlacementRow.attempt == TaskRow.attempt))
-                .where(TaskRow.state.in_([s.value for s in ACTIVE_STATES]))
-            ).scalars()
-        }
-        # Liveness and device health are part of what the snapshot was built from.
-        offline, broken, engine_used = health_view(session)
-        external = engine_busy(engine_used, active.values(), inv.pools)
-        fingerprint = (
-            *fingerprint,
-            tuple(sorted(offline)),
-            tuple(sorted((n, tuple(sorted(d))) for n, d in broken.items())),
-            tuple(sorted((n, tuple(sorted(m.items()))) for n, m in external.items())),
-        )
-        if self.snapshot is None or fingerprint != self.fingerprint:
-            models = {m.name: m for m in inv.catalog.all()}
-            self.snapshot = build_snapshot(
-                list(inv.clusters.values()),
-                list(inv.nodes.values()),
-                list(inv.pools.values()),
-                models,
-                list(active.values()),
-                unhealthy_nodes=offline,
-                unhealthy_devices=broken,
-                external_busy=external,
-            )
-            self.fingerprint, self.held = fingerprint, active
-            self.rebuilds += 1
-            return self.snapshot
-        snap = self.snapshot
-        for key in self.held.keys() - active.keys():
-            _apply(snap, self.held[key], release=True)
-        for key in active.keys() - self.held.keys():
-            _apply(snap, active[key], release=False)
-        self.held = active
-        return snap
-
-
-def _apply(snap: Snapshot, a: Allocation, *, release: bool) -> None:
-    sign = -1.0 if release else 1.0
-    row = snap.row_of(a.node, a.pool)
-    if row is not None:
-        snap.take(row, a.device_indices, sign * a.device_fraction, sign * a.cpu, sign * a.memory_gb)
-    elif a.node in snap.node_by_name:
-        n = snap.node_by_name[a.node]
-        snap.free_cpu[n] -= sign * a.cpu
-        snap.free_mem[n] -= sign * a.memory_gb
 
 
 MIN_MODEL_SAMPLES = 3

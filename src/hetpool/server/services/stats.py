@@ -40,10 +40,10 @@ from hetpool.scheduling.filters import class_matches, pool_verdict
 from hetpool.scheduling.queueing import route
 from hetpool.scheduling.snapshot import Snapshot
 from hetpool.server.db.models import ConnectorSyncRow, NodeStatusRow, PlacementRow, TaskRow
+from hetpool.server.services.cluster_state import live_snapshot, read_inventory
 from hetpool.server.services.context import ServiceContext
-from hetpool.server.services.hot_path import read_inventory
 from hetpool.server.services.inventory import Inventory
-from hetpool.server.services.task_planning import current_snapshot, resolve_task_spec
+from hetpool.server.services.task_planning import resolve_task_spec
 
 WINDOWS = {"24h": timedelta(hours=24), "7d": timedelta(days=7)}
 DEVICE_STATES = ("busy", "idle", "abnormal", "offline")
@@ -163,7 +163,7 @@ def backend_health(session: Session, inv: Inventory) -> list[dict]:
 def capacity(ctx: ServiceContext, session: Session) -> dict:
     """Devices per pool and class by status, nodes needing attention, backend health."""
     inv = read_inventory(ctx, session)
-    snap = current_snapshot(ctx, session, inv)
+    snap = live_snapshot(ctx, session)
     pools = pool_rows(snap)
     classes = class_rows(pools)
     totals = {key: sum(c[key] for c in classes) for key in ("total", *DEVICE_STATES)}
@@ -383,7 +383,7 @@ def workload(ctx: ServiceContext, session: Session, scopes: list[str] | None, wi
     now = ctx.clock.now()
     since = now - WINDOWS[window]
     inv = read_inventory(ctx, session)
-    snap = current_snapshot(ctx, session, inv)
+    snap = live_snapshot(ctx, session)
     waiting = waiting_tasks(ctx, session, inv, snap, scopes, now)
     admitted = _admissions(session, scopes, since)
     totals = {name: counts["total"] for name, counts in device_counts(snap).items()}

@@ -1,6 +1,7 @@
-"""Where a task could run: its spec resolved against the inventory, the live snapshot, the
-placement the scheduler would choose (now and on an idle estate), and whether the engine
-behind that placement can do what the task needs.
+"""Where a task could run: its spec resolved against the inventory, the placement the
+scheduler would choose on a given snapshot (now and on an idle estate), and whether the
+engine behind that placement can do what the task needs (the snapshots themselves come
+from cluster_state).
 
 Read-only: nothing here writes a row. `tasks.plan` and `tasks.submit` put these pieces
 together with approvals and budgets; approvals, quotas and the views reuse them.
@@ -11,14 +12,10 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session
-
 from hetpool.catalog.compat import CompatibilityKB
 from hetpool.catalog.names import candidate_problems, package_key, unknown_name
 from hetpool.core.errors import SpecError
 from hetpool.core.specs import parse_spec
-from hetpool.core.states import ACTIVE_STATES
 from hetpool.core.tasks import TaskSpec, apply_template
 from hetpool.core.tenancy import tenant_ancestors
 from hetpool.core.units import format_duration
@@ -28,11 +25,9 @@ from hetpool.scheduling.assign import Assignment, assign
 from hetpool.scheduling.estimate import cost_per_hour, runtime_on
 from hetpool.scheduling.explain import explanation
 from hetpool.scheduling.queueing import route
-from hetpool.scheduling.snapshot import Allocation, Snapshot, build_snapshot
-from hetpool.server.db.models import PlacementRow, TaskRow
+from hetpool.scheduling.snapshot import Snapshot
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.inventory import Inventory
-from hetpool.server.services.nodes import engine_busy, health_view
 
 
 def resolve_task_spec(inv: Inventory, raw: dict[str, Any], compat: CompatibilityKB | None = None) -> TaskSpec:
@@ -77,36 +72,6 @@ def framework_problems(compat: CompatibilityKB, name: str, loc: str = "framework
     if package_key(name) in {package_key(k) for k in known}:
         return []
     return [unknown_name(loc, "framework", name, known)]
-
-
-def active_allocations(session: Session) -> list[Allocation]:
-    rows = session.execute(
-        select(PlacementRow)
-        .join(TaskRow, (PlacementRow.task_id == TaskRow.id) & (PlacementRow.attempt == TaskRow.attempt))
-        .where(TaskRow.state.in_([s.value for s in ACTIVE_STATES]))
-    ).scalars()
-    return [
-        Allocation(
-            node=r.node, pool=r.pool, device_indices=tuple(r.device_indices), device_fraction=r.device_fraction, cpu=r.cpu, memory_gb=r.memory_gb
-        )
-        for r in rows
-    ]
-
-
-def current_snapshot(ctx: ServiceContext, session: Session, inv: Inventory) -> Snapshot:
-    models = {m.name: m for m in inv.catalog.all()}
-    offline, broken, engine_used = health_view(session)  # offline nodes and abnormal devices never take work
-    allocations = active_allocations(session)
-    return build_snapshot(
-        list(inv.clusters.values()),
-        list(inv.nodes.values()),
-        list(inv.pools.values()),
-        models,
-        allocations,
-        unhealthy_nodes=offline,
-        unhealthy_devices=broken,
-        external_busy=engine_busy(engine_used, allocations, inv.pools),
-    )
 
 
 def placement_options(inv: Inventory, spec: TaskSpec) -> dict:

@@ -1,7 +1,12 @@
 """The two front doors for a task: `plan` (what would happen, committing nothing) and
-`submit` (the task row, queued or held for approval). Both put together planning
-(task_planning), approvals, budgets and the queue forecast; state changes after submit
-go through task_lifecycle, reads through task_views."""
+`submit` (the task row, queued or held for approval); state changes after submit go
+through task_lifecycle, reads through task_views.
+
+`plan` runs the scheduler's own cycle with the task added. `submit` is admission, not
+planning: it resolves the spec, checks that the task could ever fit and never exceeds its
+quota (per-shape verdicts, cached until the inventory or node health changes), the budget
+and the approval rules, and writes the row and its audit event. Where the task goes is
+the scheduler's decision, on its next cycle."""
 
 from __future__ import annotations
 
@@ -21,12 +26,12 @@ from hetpool.server import tracing
 from hetpool.server.db.models import TaskRow
 from hetpool.server.services import approvals, audit
 from hetpool.server.services import quota as quota_service
+from hetpool.server.services.cluster_state import admission_verdict, idle_snapshot, inventory_at, read_inventory, recent_live_snapshot
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.cost import budget_hard_stop
 from hetpool.server.services.cycle_inputs import CycleLoad, load_cycle, run_with_planned_task
-from hetpool.server.services.hot_path import cached_inventory, idle_snapshot, read_inventory
 from hetpool.server.services.sched_state import with_runtime
-from hetpool.server.services.task_planning import current_snapshot, placement_options, plan_placement, plan_spec, resolve_task_spec
+from hetpool.server.services.task_planning import placement_options, plan_placement, plan_spec, resolve_task_spec
 
 
 class UnschedulableError(SpecError):
@@ -46,10 +51,10 @@ class ExceedsQuotaError(SpecError):
 PLACED_ONLY = ("estimated_runtime_s", "estimated_runtime", "cost_per_hour", "estimated_cost", "estimated_wait_s", "backend")
 
 
-def _next_cycle_verdict(ctx: ServiceContext, load: CycleLoad, snap: Snapshot, spec, now) -> dict:
+def _next_cycle_verdict(ctx: ServiceContext, load: CycleLoad, spec, now) -> dict:
     """What the scheduler's next cycle would decide for the task: placed now (where), or
     waiting with the cycle's own explanation, queue position and estimated start."""
-    decision = run_with_planned_task(ctx, load, snap, spec, now)
+    decision = run_with_planned_task(ctx, load, spec, now)
     tenant_of = {q.id: q.spec.tenant for q in load.queue} | {r.id: r.tenant for r in load.running}
     expl = for_tenant(decision.explanation, spec.tenant, tenant_of)
     if decision.admit:
@@ -81,8 +86,8 @@ def plan(ctx: ServiceContext, session: Session, raw: dict) -> dict:
     # The queued tasks it would join behind (its priority or higher), loaded as the
     # scheduler loads them: the plan runs the scheduler's own cycle with it added.
     ahead = session.execute(select(TaskRow).where(TaskRow.state == TaskState.QUEUED.value, TaskRow.priority_rank >= spec.priority.rank))
-    load = load_cycle(session, inv, list(ahead.scalars()), now)
-    snap = current_snapshot(ctx, session, load.inv)
+    load = load_cycle(ctx, session, list(ahead.scalars()), now)
+    snap = load.snap
     # Estimates use the template's learned runtime when the task gives none, as the
     # scheduler does; the returned task document stays what the user asked for.
     body = plan_spec(ctx, load.inv, snap, with_runtime(spec, load.learned))
@@ -93,7 +98,7 @@ def plan(ctx: ServiceContext, session: Session, raw: dict) -> dict:
         body = {k: v for k, v in body.items() if k not in PLACED_ONLY}
         body.update(feasible=False, placements=[], chosen=None, reasons={}, explanation=expl.to_dict())
     elif body["fits_when_idle"]:
-        body.update(_next_cycle_verdict(ctx, load, snap, spec, now))
+        body.update(_next_cycle_verdict(ctx, load, spec, now))
     body["approval"] = approvals.plan_summary(approvals.evaluate_task(ctx, session, inv, snap, spec))
     body["task"] = spec_to_document(spec)
     return body
@@ -101,17 +106,14 @@ def plan(ctx: ServiceContext, session: Session, raw: dict) -> dict:
 
 @tracing.traced_submit  # root span of the task's trace (no-op unless HETPOOL_TRACING is on)
 def submit(ctx: ServiceContext, session: Session, raw: dict, actor: str) -> TaskRow:
-    inv, inventory_key = cached_inventory(ctx.hot_path, ctx, session)
+    inv, revision = inventory_at(ctx, session)
     spec = resolve_task_spec(inv, raw, ctx.compat)
-    idle_snap = idle_snapshot(ctx.hot_path, session, inv, inventory_key)
-    idle = assign(idle_snap, spec, ctx.compat.check, **placement_options(inv, spec))
-    if not idle.feasible:
-        info = explanation(idle, False)
-        raise UnschedulableError(
-            f"task {spec.name!r} cannot run on any pool, even when idle: {info['summary']}",
-            details=[{"loc": reason, "msg": f"{count} node(s)"} for reason, count in idle.reasons.most_common()],
-        )
-    ceiling = quota_ceiling(ctx, inv, idle_snap, spec)
+    idle, idle_key = idle_snapshot(ctx, session, inv, revision)
+    never_fits = admission_verdict(ctx, idle_key, "fit", spec, lambda: _never_fits(ctx, inv, idle, spec))
+    if never_fits is not None:
+        summary, details = never_fits
+        raise UnschedulableError(f"task {spec.name!r} cannot run on any pool, even when idle: {summary}", details=details)
+    ceiling = admission_verdict(ctx, idle_key, "quota", spec, lambda: quota_ceiling(ctx, inv, idle, spec))
     if ceiling is not None:
         text = ceiling_text(ceiling)
         raise ExceedsQuotaError(f"task {spec.name!r} refused: {text}", details=[{"loc": "quota", "msg": text, **ceiling.to_dict()}])
@@ -119,8 +121,8 @@ def submit(ctx: ServiceContext, session: Session, raw: dict, actor: str) -> Task
     if stop:
         raise BudgetExceededError(f"task {spec.name!r} refused: {stop}", details=[{"loc": "tenant", "msg": stop}])
     approvals.check_task_labels(spec)
-    # Only a reserved-pool rule needs the live snapshot (allocations included): build it then.
-    verdict = approvals.evaluate_task(ctx, session, inv, lambda: current_snapshot(ctx, session, inv), spec)
+    # Only a reserved-pool rule needs the live snapshot: the cached one, as of the last load.
+    verdict = approvals.evaluate_task(ctx, session, inv, lambda: recent_live_snapshot(ctx, session), spec)
     state = TaskState.PENDING_APPROVAL if verdict.needed else TaskState.QUEUED
     now = ctx.clock.now()
     row = TaskRow(
@@ -150,6 +152,16 @@ def submit(ctx: ServiceContext, session: Session, raw: dict, actor: str) -> Task
     if verdict.needed:
         approvals.open_task_request(ctx, session, row, spec, verdict, actor)
     return row
+
+
+def _never_fits(ctx: ServiceContext, inv, idle: Snapshot, spec) -> tuple[str, list[dict]] | None:
+    """Why `spec` fits no pool of the idle estate (the explanation's summary, and the
+    filters that ruled the nodes out), or None when it fits somewhere."""
+    result = assign(idle, spec, ctx.compat.check, **placement_options(inv, spec))
+    if result.feasible:
+        return None
+    details = [{"loc": reason, "msg": f"{count} node(s)"} for reason, count in result.reasons.most_common()]
+    return explanation(result, False)["summary"], details
 
 
 def quota_ceiling(ctx: ServiceContext, inv, idle: Snapshot, spec) -> QuotaCeiling | None:

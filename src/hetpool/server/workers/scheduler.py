@@ -1,8 +1,8 @@
 """Scheduler worker: run one cycle over queued tasks and record its decisions.
 
-load (queued tasks, running work, inventory, the cached snapshot) → process (the pure
-`run_cycle`, no session held) → apply (admissions, preemption requests and pending
-explanations, each guarded by the task's state).
+load (queued tasks, running work; inventory and live snapshot from the cluster-state
+cache) → process (the pure `run_cycle`, no session held) → apply (admissions, preemption
+requests and pending explanations, each guarded by the task's state).
 
 One task never stops the pass for the others: a queued task whose stored spec no longer
 validates, or whose evaluation raises in the cycle or while its decision is applied, is
@@ -25,15 +25,9 @@ from hetpool.server.leader import check_fence
 from hetpool.server.services import task_lifecycle
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.cycle_inputs import load_cycle, set_aside_message
-from hetpool.server.services.inventory import load_inventory
-from hetpool.server.services.sched_state import SnapshotCache
 
 ACTOR = "scheduler"
 log = logging.getLogger(__name__)
-
-
-def snapshot_cache(ctx: ServiceContext) -> SnapshotCache:
-    return ctx.process_state("snapshot_cache", SnapshotCache)
 
 
 def schedule_once(ctx: ServiceContext) -> CycleResult | None:
@@ -47,14 +41,13 @@ def schedule_once(ctx: ServiceContext) -> CycleResult | None:
         if not rows:
             return None
         shown = {row.id: row.pending_explanation for row in rows}  # what each task already says
-        load = load_cycle(session, load_inventory(ctx, session), rows, now)
-        snap = snapshot_cache(ctx).current(session, load.inv, extra=load.measured_key)
+        load = load_cycle(ctx, session, rows, now)
         pools = {p.name: p for p in load.inv.pools.values()}
         clusters = load.inv.clusters
         tenant_of = {row.id: row.tenant for row in rows} | {r.id: r.tenant for r in load.running}
     _fail_queued(ctx, load.invalid)
     # process (pure)
-    result = run_cycle(snap, load.queue, ctx.compat.check, now, **load.options())
+    result = run_cycle(load.snap, load.queue, ctx.compat.check, now, **load.options())
     aside = [(d.task_id, set_aside_message(d.set_aside)) for d in result.decisions if d.set_aside]
     try:
         _apply(ctx, result, epoch, shown, pools, clusters, aside, tenant_of)
