@@ -16,6 +16,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from hetpool.engines.base import PermanentEngineError
 from hetpool.server import tracing
 from hetpool.server.db.models import TaskRow
 from hetpool.server.logging_setup import configure_logging
@@ -79,7 +80,7 @@ def test_an_engine_error_is_recorded_on_the_span_and_logged_with_the_task_id(
 ) -> None:
     class RefusingEngine:
         def submit(self, request):
-            raise RuntimeError("engine says no")
+            raise PermanentEngineError("engine says no")
 
     monkeypatch.setattr(ctx, "backend_for", lambda kind, cluster=None: RefusingEngine())
     stream = io.StringIO()
@@ -93,8 +94,8 @@ def test_an_engine_error_is_recorded_on_the_span_and_logged_with_the_task_id(
         root.removeHandler(handler)
         root.setLevel(saved_level)
     entries = [json.loads(line) for line in stream.getvalue().splitlines() if line.strip()]
-    failure = next(e for e in entries if e["message"] == f"dispatch of {task_id} failed")
-    assert failure["task_id"] == task_id and failure["exc_type"] == "RuntimeError"
+    failure = next(e for e in entries if e["message"] == f"dispatch of {task_id} to local failed (permanent): engine says no")
+    assert failure["task_id"] == task_id and failure["exc_type"] == "PermanentEngineError"
     engine = next(s for s in exporter.get_finished_spans() if s.name == tracing.SPAN_ENGINE_SUBMIT and s.attributes[tracing.TASK_ID] == task_id)
     assert not engine.status.is_ok and any(e.name == "exception" for e in engine.events)
     # Outside per-task work no record carries a task id.

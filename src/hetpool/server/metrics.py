@@ -46,8 +46,8 @@ CYCLE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, fl
 # (logger, message format) → the operation that failed. Counting their records keeps the
 # workers free of metrics code; tests/server/test_metrics.py pins the formats.
 BACKEND_ERROR_LOGS = {
-    ("hetpool.server.workers.reconciler", "backend %s of cluster %s unreachable: %s"): "poll",
-    ("hetpool.server.workers.dispatcher", "dispatch of %s failed"): "dispatch",
+    ("hetpool.server.workers.reconciler", "backend %s of cluster %s %s: %s"): "poll",
+    ("hetpool.server.workers.dispatcher", "dispatch of %s to %s failed (%s): %s"): "dispatch",
     ("hetpool.server.services.connector_sync", "sync of %s failed"): "sync",
 }
 

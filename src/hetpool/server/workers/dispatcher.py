@@ -48,6 +48,7 @@ BACKOFF_BASE_S = 2.0
 BACKOFF_CAP_S = 300.0
 UNCLASSIFIED_LIMIT = 5
 DELAYED_ACTION = "task.dispatch_delayed"
+FAILED_LOG = "dispatch of %s to %s failed (%s): %s"  # server/metrics.py counts these lines
 _JITTER = random.Random()
 
 
@@ -171,10 +172,9 @@ def _submit(ctx: ServiceContext, item: DispatchItem) -> tuple[JobHandle | None, 
         return handle, None
     except Exception as exc:  # judged by its kind in _record: wait and retry, or fail the task
         fault = classify(exc)
-        if fault == EngineFault.UNCLASSIFIED:
-            log.exception("dispatch of %s failed with an unclassified error", item.task_id)
-        else:
-            log.warning("dispatch of %s to %s failed (%s): %s", item.task_id, item.backend_kind, fault.value, exc)
+        # A transient error repeats on every try of an outage: one line, no traceback.
+        level = logging.ERROR if fault == EngineFault.UNCLASSIFIED else logging.WARNING
+        log.log(level, FAILED_LOG, item.task_id, item.backend_kind, fault.value, exc, exc_info=fault != EngineFault.TRANSIENT)
         return None, exc
 
 
