@@ -80,3 +80,14 @@ def test_a_cached_refusal_names_each_task(demo: TestClient) -> None:
         refused = submit(demo, name, per_worker=too_big)
         assert refused.status_code == 422, refused.text
         assert refused.json()["message"].startswith(f"task {name!r} cannot run on any pool")
+
+
+def test_a_quota_change_changes_the_cached_quota_verdict(demo: TestClient) -> None:
+    quota = {"kind": "Quota", "name": "llm-sft", "tenant": "ai-lab/nlp/llm-sft", "limits": [{"resource": "nvidia-h800", "nominal": 4}]}
+    assert demo.post("/api/v1/apply", json={"documents": [quota]}).status_code == 200
+    refused = submit(demo, "over-quota")
+    assert refused.status_code == 422 and refused.json()["code"] == "exceeds_quota", refused.text
+    assert submit(demo, "elsewhere", tenant="ai-lab/cv").status_code == 201  # same shape, a tenant without the quota
+    raised = {**quota, "limits": [{"resource": "nvidia-h800", "nominal": 8}]}
+    assert demo.post("/api/v1/apply", json={"documents": [raised]}).status_code == 200
+    assert submit(demo, "within-quota").status_code == 201
