@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 from weakref import WeakKeyDictionary
 
-from sqlalchemy import Engine, delete, func, select, text, update
+from sqlalchemy import Engine, delete, func, insert, select, text, update
 from sqlalchemy.orm import Session
 
 from hetpool.core.clock import as_utc
@@ -43,16 +43,16 @@ def _ts_text(ts: datetime) -> str:
     return as_utc(ts).replace(tzinfo=None).isoformat(timespec="microseconds")  # naive-UTC text, as first hashed
 
 
-def hashed_fields(row: AuditEventRow) -> dict[str, Any]:
-    return {
-        "ts": _ts_text(row.ts),
-        "actor": row.actor,
-        "action": row.action,
-        "object_kind": row.object_kind,
-        "object_id": row.object_id,
-        "before": row.before,
-        "after": row.after,
-    }
+_LINKED = ("ts", "actor", "action", "object_kind", "object_id", "before", "after")
+
+
+def hashed_fields(row) -> dict[str, Any]:
+    """What an event's hash covers, from a row (ORM object or selected columns)."""
+    return fields_hashed({name: getattr(row, name) for name in _LINKED})
+
+
+def fields_hashed(fields: dict[str, Any]) -> dict[str, Any]:
+    return {**fields, "ts": _ts_text(fields["ts"])}
 
 
 class PendingSink(Protocol):
@@ -91,23 +91,23 @@ def record(
     before: dict | None = None,
     after: dict | None = None,
     ts: datetime,
-) -> AuditEventRow | AuditPendingRow:
+) -> None:
     """Record an event in the caller's transaction: as a pending row linked after the commit
     when the engine batches appends, else linked here under the chain's lock."""
     fields = {"ts": ts, "actor": actor, "action": action, "object_kind": object_kind, "object_id": object_id, "before": before, "after": after}
     sink = _sinks.get(session.get_bind())
     if sink is None:
         lock_chain(session)
-        return link(session, [fields])[0]
-    row = AuditPendingRow(**fields, nonce=secrets.token_hex(16), key_id=sink.key_id, mac="")
-    row.mac = pending_mac(sink.key, row)
-    session.add(row)
+        link(session, [fields])
+        return
+    nonce = secrets.token_hex(16)
+    mac = _mac(sink.key, nonce, fields_hashed(fields))
+    session.execute(insert(AuditPendingRow).values(**fields, nonce=nonce, key_id=sink.key_id, mac=mac))
     # Run by Database.transaction once the commit is done and the connection is back in the
     # pool: the request then waits for (or leads) the round that chains its event.
     hooks = session.info.setdefault("after_commit", [])
     if sink.chained_after_commit not in hooks:
         hooks.append(sink.chained_after_commit)
-    return row
 
 
 def lock_chain(session: Session) -> None:
@@ -120,7 +120,7 @@ def lock_chain(session: Session) -> None:
         session.execute(delete(AuditHeadRow).where(AuditHeadRow.id == -1))
 
 
-def link(session: Session, events: list[dict[str, Any]]) -> list[AuditEventRow]:
+def link(session: Session, events: list[dict[str, Any]]) -> ChainHead:
     """Append `events` (the hashed fields, ts as a datetime) to the chain, under lock_chain."""
     # New events link to the head, not to whatever row is last: after a truncation the
     # next event's link breaks too, so writing on does not hide the deletion. Ids are
@@ -136,24 +136,26 @@ def link(session: Session, events: list[dict[str, Any]]) -> list[AuditEventRow]:
     next_id, prev = max(top, head.last_id if head else 0) + 1, last or GENESIS_HASH
     rows = []
     for fields in events:
-        row = AuditEventRow(id=next_id, **fields, prev_hash=prev, hash="")
-        row.hash = event_hash(prev, hashed_fields(row))
-        rows.append(row)
-        next_id, prev = next_id + 1, row.hash
-    session.add_all(rows)
-    session.flush()
+        digest = event_hash(prev, fields_hashed(fields))
+        rows.append({**fields, "id": next_id, "prev_hash": prev, "hash": digest})
+        next_id, prev = next_id + 1, digest
+    session.execute(insert(AuditEventRow), rows)  # one statement for a round's batch
+    end = ChainHead(next_id - 1, prev)
     if head is None:
-        session.add(AuditHeadRow(id=1, last_id=rows[-1].id, hash=prev))
-        session.flush()
+        session.execute(insert(AuditHeadRow).values(id=1, last_id=end.last_id, hash=end.hash))
     else:
-        move_head = update(AuditHeadRow).where(AuditHeadRow.id == 1).values(last_id=rows[-1].id, hash=prev)
+        move_head = update(AuditHeadRow).where(AuditHeadRow.id == 1).values(last_id=end.last_id, hash=end.hash)
         session.execute(move_head.execution_options(synchronize_session=False))
-    return rows
+    return end
 
 
-def pending_mac(key: bytes, row: AuditPendingRow) -> str:
+def pending_mac(key: bytes, row) -> str:
     """What a pending row must carry: only a holder of the audit key can make or re-make it."""
-    return hmac.new(key, (row.nonce + "\n" + canonical_json(hashed_fields(row))).encode(), hashlib.sha256).hexdigest()
+    return _mac(key, row.nonce, hashed_fields(row))
+
+
+def _mac(key: bytes, nonce: str, hashed: dict[str, Any]) -> str:
+    return hmac.new(key, (nonce + "\n" + canonical_json(hashed)).encode(), hashlib.sha256).hexdigest()
 
 
 _PENDING_PAGE = 1000
@@ -173,13 +175,14 @@ def chain_pending(session: Session, key: bytes) -> ChainRound:
     chained, refused, after = 0, [], 0
     mine = AuditPendingRow.key_id == key_id(key)
     while True:
-        stmt = select(AuditPendingRow).where(mine, AuditPendingRow.id > after).order_by(AuditPendingRow.id).limit(_PENDING_PAGE)
-        page = session.execute(stmt).scalars().all()
+        stmt = select(*_PENDING_COLUMNS).where(mine, AuditPendingRow.id > after).order_by(AuditPendingRow.id).limit(_PENDING_PAGE)
+        page = session.execute(stmt).all()
         good = [p for p in page if hmac.compare_digest(p.mac, pending_mac(key, p))]
-        refused += [p.id for p in page if p not in good]
+        linked = {p.id for p in good}
+        refused += [p.id for p in page if p.id not in linked]
         if good:
             link(session, [{name: getattr(p, name) for name in _LINKED} for p in good])
-            session.execute(delete(AuditPendingRow).where(AuditPendingRow.id.in_([p.id for p in good])))
+            session.execute(delete(AuditPendingRow).where(AuditPendingRow.id.in_(linked)))
             chained += len(good)
         if len(page) < _PENDING_PAGE:
             break
@@ -189,7 +192,7 @@ def chain_pending(session: Session, key: bytes) -> ChainRound:
     return ChainRound(chained, tuple(refused))
 
 
-_LINKED = ("ts", "actor", "action", "object_kind", "object_id", "before", "after")
+_PENDING_COLUMNS = tuple(getattr(AuditPendingRow, name) for name in ("id", *_LINKED, "nonce", "key_id", "mac"))
 
 
 def unchained(session: Session, key: bytes | None, now: datetime | None, stale_after: timedelta) -> tuple[int, str | None]:
