@@ -10,8 +10,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import update
 
 from hetpool.server.db.models import TaskRow
-from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.cluster_state import cluster_state, live_snapshot
+from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.inventory import load_inventory
 from hetpool.server.services.sched_state import learned_runtimes, running_tasks
 from hetpool.server.workers.loop import run_pass
