@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from hetpool.catalog.compat import CompatibilityKB
 from hetpool.catalog.devices import DeviceCatalog
@@ -16,26 +16,11 @@ from hetpool.core.inventory import ClusterSpec
 from hetpool.engines.base import Backend
 from hetpool.engines.registry import make_backend
 from hetpool.server.db.session import Database
+from hetpool.server.engine_guard import guarded
 from hetpool.server.services.audit_anchor import AuditAnchor
 from hetpool.server.settings import Settings
 
-if TYPE_CHECKING:  # for the annotations only: the inventory service builds on this module
-    from hetpool.scheduling.snapshot import Snapshot
-    from hetpool.server.services.inventory import Inventory
-
 T = TypeVar("T")
-
-
-@dataclass
-class HotPathCache:
-    """The submit path's per-process caches; services/hot_path.py fills and checks them."""
-
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    inventory_key: tuple | None = None
-    inventory: Inventory | None = None
-    idle_key: tuple | None = None
-    idle: Snapshot | None = None
-    inventory_loads: int = 0  # how often it was read in full (tests and benchmarks look)
 
 
 @dataclass
@@ -46,7 +31,7 @@ class ServiceContext:
     backends: dict[str, Backend] = field(default_factory=dict)
     # One backend instance per (cluster, kind, backend_config), built on first use.
     _cluster_backends: dict[tuple, Backend] = field(default_factory=dict, init=False, repr=False)
-    # What workers and metrics keep between passes (the scheduler's snapshot cache, the cost
+    # What workers and metrics keep between passes (the cluster-state cache, the cost
     # accrual's progress, the worker metrics): one per context, so each server and each
     # test has its own; the owning module names it and says how to build it.
     _process_state: dict[str, object] = field(default_factory=dict, init=False, repr=False)
@@ -70,11 +55,6 @@ class ServiceContext:
         return DeviceCatalog.builtin()
 
     @cached_property
-    def hot_path(self) -> HotPathCache:
-        """The submit path's per-process caches (services/hot_path.py)."""
-        return HotPathCache()
-
-    @cached_property
     def audit_anchor(self) -> AuditAnchor:
         """The audit checkpoint key and file (services/audit_anchor.py)."""
         return AuditAnchor.from_settings(self.settings)
@@ -94,7 +74,7 @@ class ServiceContext:
         work_dir, so every local job stays findable whichever instance started it."""
         backend = self.backends.get(kind)
         if backend is not None and (cluster is None or (kind == "local" and not cluster.backend_config)):
-            return backend
+            return guarded(backend, self.settings.network_in_transaction)
         if cluster is None:
             raise LookupError(f"no '{kind}' backend is configured on this server (configured: {', '.join(self.backends) or 'none'})")
         key = (cluster.name, kind, json.dumps(cluster.backend_config, sort_keys=True))
@@ -102,4 +82,4 @@ class ServiceContext:
         if key not in cache:
             work_dir = self.settings.backend_dir / kind / ("" if kind == "local" else cluster.name)
             cache[key] = make_backend(kind, dict(cluster.backend_config), self.builtin_catalog, work_dir)
-        return cache[key]
+        return guarded(cache[key], self.settings.network_in_transaction)
