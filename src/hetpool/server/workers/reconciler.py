@@ -93,12 +93,18 @@ def _apply(ctx: ServiceContext, task_id: str, attempt: int, status: JobStatus, c
         if status.phase == JobPhase.RUNNING and state == TaskState.DISPATCHED:
             task_lifecycle.transition(ctx, session, row, TaskState.RUNNING, actor=ACTOR)
             return 1
+        # A job that ran and ended between two polls was never seen running (the reconcile
+        # pipeline runs apart from dispatch now): its dispatch, the task's last change, is the
+        # best start known — learned runtimes and history replays need one.
+        started = {"started_at": row.updated_at} if state == TaskState.DISPATCHED and row.started_at is None else {}
         if status.phase == JobPhase.SUCCEEDED:
-            task_lifecycle.transition(ctx, session, row, TaskState.SUCCEEDED, actor=ACTOR, exit_code=status.exit_code or 0, message=status.message)
+            task_lifecycle.transition(
+                ctx, session, row, TaskState.SUCCEEDED, actor=ACTOR, exit_code=status.exit_code or 0, message=status.message, **started
+            )
             return 1
         if status.phase == JobPhase.FAILED:
             message = status.message or f"exited with code {status.exit_code}"
-            task_lifecycle.transition(ctx, session, row, TaskState.FAILED, actor=ACTOR, exit_code=status.exit_code, message=message)
+            task_lifecycle.transition(ctx, session, row, TaskState.FAILED, actor=ACTOR, exit_code=status.exit_code, message=message, **started)
             return 1
         if status.phase == JobPhase.CANCELLED:
             # Killed outside hetpool (scancel, kubectl delete …): nobody asked, so it failed.
