@@ -15,6 +15,7 @@ import re
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,6 +37,14 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     with pytest.MonkeyPatch.context() as env:
         env.setenv("HETPOOL_LOG_FORMAT", "json")
         srv.start()
+    # The server anchors what it wrote at start in its first checkpoint, from its
+    # housekeeping pipeline, which may come after the server answers: wait for it, so that
+    # the tests' own checkpoints find their events new (on a busy machine it comes late).
+    checkpoints = srv.data_dir / "audit-checkpoints.jsonl"
+    deadline = time.monotonic() + 60
+    while not (checkpoints.exists() and checkpoints.read_text().strip()):
+        assert time.monotonic() < deadline, "the server wrote no checkpoint in 60 s"
+        time.sleep(0.2)
     yield srv
     srv.stop()
 
