@@ -324,7 +324,7 @@ def _observe(connector: SlurmConnector):
     return {n.name: n for n in obs.nodes}, obs
 
 
-def _wait(what: str, check: Callable[[], bool], timeout_s: float = 15) -> None:
+def _wait(what: str, check: Callable[[], bool], timeout_s: float = 60) -> None:  # generous: CI machines are busy
     deadline = time.monotonic() + timeout_s
     while not check():
         if time.monotonic() > deadline:
