@@ -7,7 +7,8 @@ given, and the quota book charged with the running work."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from sqlalchemy.orm import Session
@@ -20,7 +21,7 @@ from hetpool.scheduling.cycle import CycleResult, Decision, QueuedTask, run_cycl
 from hetpool.scheduling.running import RunningTask
 from hetpool.scheduling.snapshot import Snapshot
 from hetpool.server.db.models import TaskRow
-from hetpool.server.services.cluster_state import live_snapshot, read_inventory, record_measured
+from hetpool.server.services.cluster_state import inventory_at, live_snapshot, record_measured
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.inventory import Inventory
 from hetpool.server.services.quota import quota_book
@@ -64,19 +65,62 @@ class CycleLoad:
         }
 
 
-def load_cycle(ctx: ServiceContext, session: Session, rows: list[TaskRow], now: datetime) -> CycleLoad:
+@dataclass
+class ResolvedSpecs:
+    """Queued tasks' specs as resolved against the catalog, kept between cycles: resolving
+    (validation, template defaults, catalog lookups) is most of a pass's CPU with thousands
+    queued, and a queued task's spec changes only through a state transition (which moves
+    its `updated_at`) or an inventory change (which moves the revision). Shared by the
+    scheduler's pipeline and `plan` (API threads): guarded by a lock."""
+
+    entries: dict[str, tuple[tuple, TaskSpec]] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    resolved: int = 0  # specs resolved (not found here): for tests and metrics
+
+    def get(self, inv: Inventory, inventory_key: tuple, row: TaskRow) -> TaskSpec:
+        """`row`'s spec resolved against `inv`, which `inventory_key` names (revision and
+        measured performance)."""
+        key = (inventory_key, row.updated_at)
+        with self.lock:
+            found = self.entries.get(row.id)
+        if found is not None and found[0] == key:
+            return found[1]
+        spec = resolve_task_spec(inv, {k: v for k, v in row.spec.items() if k != "kind"})
+        with self.lock:
+            self.entries[row.id] = (key, spec)
+            self.resolved += 1
+        return spec
+
+    def keep_only(self, task_ids: set[str]) -> None:
+        """Forget tasks no longer queued (called with the whole queue, by the scheduler)."""
+        with self.lock:
+            for task_id in [t for t in self.entries if t not in task_ids]:
+                del self.entries[task_id]
+
+
+def resolved_specs(ctx: ServiceContext) -> ResolvedSpecs:
+    return ctx.process_state("resolved_specs", ResolvedSpecs)
+
+
+def load_cycle(ctx: ServiceContext, session: Session, rows: list[TaskRow], now: datetime, *, whole_queue: bool = False) -> CycleLoad:
     """The cycle's inputs for the queued task rows `rows`: the inventory and the live
-    snapshot from the cluster-state cache (one load for the scheduler and for plan)."""
-    inv = read_inventory(ctx, session)
+    snapshot from the cluster-state cache (one load for the scheduler and for plan).
+    `whole_queue`: `rows` is every queued task (the scheduler's pass), so the resolved specs
+    of tasks no longer queued are forgotten."""
+    inv, revision = inventory_at(ctx, session)
+    specs = resolved_specs(ctx)
+    if whole_queue:
+        specs.keep_only({row.id for row in rows})
     measured = measured_performance(session, inv)
     record_measured(ctx, measured)  # before the snapshot: it is built with these figures
     inv = apply_measured(inv, measured)
+    inventory_key = (revision, repr(sorted((m, sorted(f.items())) for m, f in measured.items())))
     learned = learned_runtimes(session, inv)
     running = running_tasks(session, inv, learned, now)
     queue, invalid = [], []
     for row in rows:
         try:
-            spec = resolve_task_spec(inv, {k: v for k, v in row.spec.items() if k != "kind"})
+            spec = specs.get(inv, inventory_key, row)
         except Exception as exc:  # inventory changed under the task, or a spec stored before a limit existed
             invalid.append((row.id, f"spec no longer valid: {exc}"))
             continue

@@ -41,7 +41,7 @@ def schedule_once(ctx: ServiceContext) -> CycleResult | None:
         if not rows:
             return None
         shown = {row.id: row.pending_explanation for row in rows}  # what each task already says
-        load = load_cycle(ctx, session, rows, now)
+        load = load_cycle(ctx, session, rows, now, whole_queue=True)
         pools = {p.name: p for p in load.inv.pools.values()}
         clusters = load.inv.clusters
         tenant_of = {row.id: row.tenant for row in rows} | {r.id: r.tenant for r in load.running}
