@@ -3,7 +3,7 @@ real `hetpool up` process on PostgreSQL, with dashboard-style reads running alon
 
 Starts its own throwaway PostgreSQL (deploy/postgres.sh on port 55520, so it never touches
 the test instance) unless --database-url is given, starts `hetpool up --demo` against it,
-then runs --clients concurrent submitters (asyncio + httpx, keep-alive) and --readers
+then runs --clients concurrent submitters (asyncio, one keep-alive connection each, bench/lean_http.py) and --readers
 concurrent readers (GET /api/v1/tasks?limit=50, /api/v1/stats/capacity, /api/v1/stats/workload)
 for --duration seconds. The server's own workers run unless --no-workers: then the numbers
 are the API path alone. Submitted tasks are 8-GPU trainings that sleep, so the estate fills
@@ -29,6 +29,9 @@ import time
 from pathlib import Path
 
 import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from lean_http import Connection, ConnectionFailed  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "bench" / "results" / "api_load.json"
@@ -82,47 +85,56 @@ def task_body(i: int) -> dict:
 
 async def run_load(urls: list[str], token: str, duration: float, clients: int, readers: int) -> dict:
     headers = {"Authorization": f"Bearer {token}"}
-    limits = httpx.Limits(max_connections=clients + readers + 4, max_keepalive_connections=clients + readers + 4)
     submit_ms: list[float] = []
     read_ms: dict[str, list[float]] = {}
     errors: dict[str, int] = {}
     counter = iter(range(10**9))
     end = time.perf_counter() + duration
 
-    # One client (connection pool) per replica; submitters and readers are spread over them
-    # round-robin, the way a load balancer in front of the replicas would.
-    pools = [httpx.AsyncClient(base_url=url, headers=headers, limits=limits, timeout=30) for url in urls]
+    # One keep-alive connection per submitter and per reader; they are spread over the
+    # replicas round-robin, the way a load balancer in front of them would.
+    def connection(i: int) -> Connection:
+        return Connection(urls[i % len(urls)], headers=headers, timeout=30)
+
+    async def submitter(conn: Connection) -> None:
+        while time.perf_counter() < end:
+            t0 = time.perf_counter()
+            try:
+                response = await conn.post("/api/v1/tasks", task_body(next(counter)))
+            except ConnectionFailed as exc:
+                errors[f"submit {exc}"[:80]] = errors.get(f"submit {exc}"[:80], 0) + 1
+                continue
+            elapsed = (time.perf_counter() - t0) * 1000
+            if response.status == 201:
+                submit_ms.append(elapsed)
+            else:
+                key = f"submit {response.status}"
+                errors[key] = errors.get(key, 0) + 1
+
+    async def reader(conn: Connection) -> None:
+        paths = ["/api/v1/tasks?limit=50", "/api/v1/stats/capacity", "/api/v1/stats/workload?window=24h"]
+        i = 0
+        while time.perf_counter() < end:
+            path = paths[i % len(paths)]
+            i += 1
+            t0 = time.perf_counter()
+            try:
+                response = await conn.get(path)
+            except ConnectionFailed as exc:
+                errors[f"read {exc}"[:80]] = errors.get(f"read {exc}"[:80], 0) + 1
+                continue
+            read_ms.setdefault(path, []).append((time.perf_counter() - t0) * 1000)
+            if response.status != 200:
+                errors[f"read {response.status}"] = errors.get(f"read {response.status}", 0) + 1
+
+    conns = [connection(i) for i in range(clients + readers)]
     try:
-
-        async def submitter(client: httpx.AsyncClient) -> None:
-            while time.perf_counter() < end:
-                t0 = time.perf_counter()
-                response = await client.post("/api/v1/tasks", json=task_body(next(counter)))
-                elapsed = (time.perf_counter() - t0) * 1000
-                if response.status_code == 201:
-                    submit_ms.append(elapsed)
-                else:
-                    key = f"submit {response.status_code}"
-                    errors[key] = errors.get(key, 0) + 1
-
-        async def reader(client: httpx.AsyncClient) -> None:
-            paths = ["/api/v1/tasks?limit=50", "/api/v1/stats/capacity", "/api/v1/stats/workload?window=24h"]
-            i = 0
-            while time.perf_counter() < end:
-                path = paths[i % len(paths)]
-                i += 1
-                t0 = time.perf_counter()
-                response = await client.get(path)
-                read_ms.setdefault(path, []).append((time.perf_counter() - t0) * 1000)
-                if response.status_code != 200:
-                    errors[f"read {response.status_code}"] = errors.get(f"read {response.status_code}", 0) + 1
-
         started = time.perf_counter()
-        await asyncio.gather(*[submitter(pools[i % len(pools)]) for i in range(clients)], *[reader(pools[i % len(pools)]) for i in range(readers)])
+        await asyncio.gather(*[submitter(conns[i]) for i in range(clients)], *[reader(conns[clients + i]) for i in range(readers)])
         wall = time.perf_counter() - started
     finally:
-        for pool in pools:
-            await pool.aclose()
+        for conn in conns:
+            await conn.close()
     return {
         "wall_s": round(wall, 2),
         "submitted": len(submit_ms),

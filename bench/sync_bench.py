@@ -87,7 +87,9 @@ def main() -> None:
         with db.transaction() as session:
             clusters = [parse_spec({"kind": "Cluster", "name": "big", "backend": "slurm", "backend_config": {"sync": "off"}})]
             if args.slurm:
-                clusters.append(parse_spec({"kind": "Cluster", "name": "hpc", "backend": "slurm", "backend_config": {"conf": args.slurm, "sync": "off"}}))
+                clusters.append(
+                    parse_spec({"kind": "Cluster", "name": "hpc", "backend": "slurm", "backend_config": {"conf": args.slurm, "sync": "off"}})
+                )
             apply_specs(ctx, session, clusters, "bench")
         nodes = observed(args.nodes, rng)
         first, summary = timed(ctx, nodes)

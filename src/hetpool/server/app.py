@@ -41,7 +41,7 @@ from hetpool.server.routers.docs import install as install_api_docs
 from hetpool.server.schemas.common import ErrorResponse
 from hetpool.server.schemas.meta import HealthResponse
 from hetpool.server.security import install as install_security
-from hetpool.server.services import audit_chain
+from hetpool.server.services import audit_chain, submit_batch
 from hetpool.server.services.connector_sync import sync_due
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.settings import Settings
@@ -115,6 +115,7 @@ def create_app(settings: Settings | None = None, ctx: ServiceContext | None = No
             yield
         finally:
             leading = bool(loops) and loops[0].is_leader()  # read before stop() hands the lease over
+            submit_batch.submitter(ctx).close()  # answers the submits it holds
             for loop in loops:
                 loop.stop()
             if leading:

@@ -12,7 +12,7 @@ from hetpool.server.deps import get_ctx, get_principal
 from hetpool.server.routers.params import Offset
 from hetpool.server.schemas.common import ERROR_RESPONSES
 from hetpool.server.schemas.tasks import LogsResponse, PlanResponse, TaskResponse
-from hetpool.server.services import access, idempotency, task_lifecycle, task_views
+from hetpool.server.services import access, idempotency, submit_batch, task_lifecycle, task_views
 from hetpool.server.services import tasks as task_service
 from hetpool.server.services.auth import Principal
 from hetpool.server.services.context import ServiceContext
@@ -86,7 +86,8 @@ def submit(
     user: Principal = Depends(get_principal),
 ) -> dict:
     access.require(user, "task.submit", doc_tenant(doc))
-    body, replayed = idempotency.submit(ctx, _strip_kind(doc), user_id=user.user_id, actor=user.name, key=idempotency_key)
+    # Group commit: this request's task shares a transaction with the submits that arrive with it.
+    body, replayed = submit_batch.submitter(ctx).submit(_strip_kind(doc), user_id=user.user_id, actor=user.name, key=idempotency_key)
     if replayed:
         response.status_code = 200
         response.headers[idempotency.REPLAYED_HEADER] = "true"

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from weakref import WeakKeyDictionary
 
 from sqlalchemy import Engine, delete, func, insert, select, text, update
+from sqlalchemy import event as sa_event
 from sqlalchemy.orm import Session
 
 from hetpool.core.clock import as_utc
@@ -95,6 +96,10 @@ def record(
     """Record an event in the caller's transaction: as a pending row linked after the commit
     when the engine batches appends, else linked here under the chain's lock."""
     fields = {"ts": ts, "actor": actor, "action": action, "object_kind": object_kind, "object_id": object_id, "before": before, "after": after}
+    collected = session.info.get(_COLLECTED)
+    if collected is not None:  # linked all at once when the transaction commits (link_at_commit)
+        collected.append(fields)
+        return
     sink = _sinks.get(session.get_bind())
     if sink is None:
         lock_chain(session)
@@ -108,6 +113,28 @@ def record(
     hooks = session.info.setdefault("after_commit", [])
     if sink.chained_after_commit not in hooks:
         hooks.append(sink.chained_after_commit)
+
+
+_COLLECTED = "audit_collected"
+
+
+def link_at_commit(session: Session) -> None:
+    """For the rest of this transaction, events are kept and linked into the chain all at
+    once as it commits (one chain lock, one insert, held only from there to the commit):
+    a single appender per transaction, for writers that batch many events (the submit
+    batcher, services/submit_batch.py). Linked in the same transaction as the writes they
+    describe: both commit or neither."""
+    if _COLLECTED in session.info:
+        return
+    session.info[_COLLECTED] = []
+    sa_event.listen(session, "before_commit", _link_collected, once=True)
+
+
+def _link_collected(session: Session) -> None:
+    events = session.info.pop(_COLLECTED, None)
+    if events:
+        lock_chain(session)
+        link(session, events)
 
 
 def lock_chain(session: Session) -> None:

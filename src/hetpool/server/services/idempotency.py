@@ -58,12 +58,16 @@ def _stored(ctx: ServiceContext, session: Session, user_id: int, key: str, diges
         session.flush()
         return None
     if row.body_hash != digest:
-        raise ConflictError(
-            f"{HEADER} {key!r} was already used for a different request body (task {row.task_id}); "
-            "use a new key for a new task, or resend the original body to get that task back",
-            details=[{"loc": f"header.{HEADER}", "msg": "key reused with a different body"}],
-        )
+        raise key_conflict(key, row.task_id)
     return row
+
+
+def key_conflict(key: str, task_id: str) -> ConflictError:
+    return ConflictError(
+        f"{HEADER} {key!r} was already used for a different request body (task {task_id}); "
+        "use a new key for a new task, or resend the original body to get that task back",
+        details=[{"loc": f"header.{HEADER}", "msg": "key reused with a different body"}],
+    )
 
 
 def purge_expired(ctx: ServiceContext, session: Session, user_id: int | None = None) -> int:

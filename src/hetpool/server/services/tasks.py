@@ -11,6 +11,7 @@ the scheduler's decision, on its next cycle."""
 from __future__ import annotations
 
 import secrets
+from dataclasses import dataclass, field
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -30,6 +31,7 @@ from hetpool.server.services.cluster_state import admission_verdict, idle_snapsh
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.cost import budget_hard_stop
 from hetpool.server.services.cycle_inputs import CycleLoad, load_cycle, run_with_planned_task
+from hetpool.server.services.inventory import Inventory
 from hetpool.server.services.sched_state import with_runtime
 from hetpool.server.services.task_planning import placement_options, plan_placement, plan_spec, resolve_task_spec
 
@@ -104,20 +106,48 @@ def plan(ctx: ServiceContext, session: Session, raw: dict) -> dict:
     return body
 
 
+@dataclass
+class AdmissionView:
+    """What submit checks tasks against, read once per transaction: a batch of submits
+    (services/submit_batch.py) shares one, so the inventory revision, node health and each
+    tenant's budget are read once per batch, not once per task."""
+
+    ctx: ServiceContext
+    session: Session
+    inv: Inventory
+    idle: Snapshot
+    idle_key: tuple
+    budget_stops: dict[str, str | None] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, ctx: ServiceContext, session: Session) -> AdmissionView:
+        inv, revision = inventory_at(ctx, session)
+        idle, idle_key = idle_snapshot(ctx, session, inv, revision)
+        return cls(ctx, session, inv, idle, idle_key)
+
+    def budget_stop(self, tenant: str) -> str | None:
+        if tenant not in self.budget_stops:
+            self.budget_stops[tenant] = budget_hard_stop(self.ctx, self.session, self.inv, tenant)
+        return self.budget_stops[tenant]
+
+
 @tracing.traced_submit  # root span of the task's trace (no-op unless HETPOOL_TRACING is on)
-def submit(ctx: ServiceContext, session: Session, raw: dict, actor: str) -> TaskRow:
-    inv, revision = inventory_at(ctx, session)
+def submit(ctx: ServiceContext, session: Session, raw: dict, actor: str, view: AdmissionView | None = None) -> TaskRow:
+    """Admit one task: checked, its row and audit event added to `session` (flushed by the
+    caller's commit, or at once when an approval request must refer to it). A failed check
+    raises before anything is added."""
+    view = view or AdmissionView.read(ctx, session)
+    inv, idle = view.inv, view.idle
     spec = resolve_task_spec(inv, raw, ctx.compat)
-    idle, idle_key = idle_snapshot(ctx, session, inv, revision)
-    never_fits = admission_verdict(ctx, idle_key, "fit", spec, lambda: _never_fits(ctx, inv, idle, spec))
+    never_fits = admission_verdict(ctx, view.idle_key, "fit", spec, lambda: _never_fits(ctx, inv, idle, spec))
     if never_fits is not None:
         summary, details = never_fits
         raise UnschedulableError(f"task {spec.name!r} cannot run on any pool, even when idle: {summary}", details=details)
-    ceiling = admission_verdict(ctx, idle_key, "quota", spec, lambda: quota_ceiling(ctx, inv, idle, spec))
+    ceiling = admission_verdict(ctx, view.idle_key, "quota", spec, lambda: quota_ceiling(ctx, inv, idle, spec))
     if ceiling is not None:
         text = ceiling_text(ceiling)
         raise ExceedsQuotaError(f"task {spec.name!r} refused: {text}", details=[{"loc": "quota", "msg": text, **ceiling.to_dict()}])
-    stop = budget_hard_stop(ctx, session, inv, spec.tenant)
+    stop = view.budget_stop(spec.tenant)
     if stop:
         raise BudgetExceededError(f"task {spec.name!r} refused: {stop}", details=[{"loc": "tenant", "msg": stop}])
     approvals.check_task_labels(spec)
@@ -145,11 +175,11 @@ def submit(ctx: ServiceContext, session: Session, raw: dict, actor: str) -> Task
         trace_parent=tracing.current_traceparent(),  # admit, dispatch and the engine call join this trace
     )
     session.add(row)
-    session.flush()
     audit.record(
         session, actor=actor, action="task.submit", object_kind="Task", object_id=row.id, after={"state": row.state, "spec": row.spec}, ts=now
     )
     if verdict.needed:
+        session.flush()  # the approval request refers to the task row
         approvals.open_task_request(ctx, session, row, spec, verdict, actor)
     return row
 

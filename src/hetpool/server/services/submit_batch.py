@@ -1,0 +1,217 @@
+"""Group commit of task submissions: many `POST /api/v1/tasks`, one transaction.
+
+Why: a submit's own checks are cheap (the spec resolved against the cached catalog, the
+cached per-shape verdicts), but one transaction per submit pays, every time, for reading
+the inventory revision and node health, the insert, the audit event, the commit and a
+round of the audit chain. At a few hundred submits per second that, not the checks, is
+where a replica's CPU and the database's commits go (docs/operations.md, "Capacity").
+
+How: API threads hand their document to the process's batcher and wait. One committer
+thread takes whatever has arrived (at most `max_batch`) and admits it all in one
+transaction: the inventory, node health and each tenant's budget are read once for the
+batch (tasks.AdmissionView), rows are inserted together, and every audit event of the
+batch is linked into the chain in that same transaction as it commits, under one chain
+lock (audit.link_at_commit). Then each caller gets its answer. There is no timer: while
+one batch commits the next gathers, so a lone submit is a batch of one and waits for
+nobody, and under load batches grow by themselves.
+
+Nothing is acknowledged before its commit, and one submit cannot sink the others:
+- a task refused by a check (bad spec, never fits, over quota, over budget…) gets its own
+  error; the checks add nothing to the session before they pass, so the batch goes on;
+- if the batch's transaction fails as a whole (an Idempotency-Key another replica took
+  meanwhile, a lost connection), each of its submits is retried alone on the one-task
+  path (idempotency.submit), which answers exactly as before batching.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from hetpool.server.db.models_idempotency import IdempotencyKeyRow
+from hetpool.server.schemas.tasks import TaskResponse
+from hetpool.server.services import audit, idempotency
+from hetpool.server.services import tasks as task_service
+from hetpool.server.services.context import ServiceContext
+from hetpool.server.services.task_lifecycle import get_row
+from hetpool.server.services.task_views import task_response
+
+log = logging.getLogger(__name__)
+MAX_BATCH = 128  # submits per transaction: bounds a batch's time and the rows it locks
+IDLE_EXIT_S = 2.0
+
+
+class _PartialWrite(Exception):
+    """A submit failed after adding rows to the batch's session (not a check: they add
+    nothing): the batch cannot commit around it."""
+
+
+@dataclass(eq=False)
+class _Submit:
+    doc: dict
+    user_id: int
+    actor: str
+    key: str | None
+    digest: str | None
+    done: threading.Event = field(default_factory=threading.Event)
+    answer: tuple[TaskResponse, bool] | None = None
+    error: BaseException | None = None
+
+
+class SubmitBatcher:
+    """The process's submit committer for one ServiceContext (submitter(ctx))."""
+
+    def __init__(self, ctx: ServiceContext, max_batch: int = MAX_BATCH) -> None:
+        self.ctx = ctx
+        self.max_batch = max_batch
+        self._waiting: deque[_Submit] = deque()
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self.batches = 0  # committed batches (tests and metrics look)
+        self.largest = 0
+        self.fallbacks = 0  # batches retried one submit at a time
+
+    def submit(self, doc: dict, *, user_id: int, actor: str, key: str | None) -> tuple[TaskResponse, bool]:
+        """Submit `doc` (kind stripped); returns (task body, replayed). Raises what the
+        one-task path raises for this document."""
+        digest = None
+        if key is not None:
+            idempotency.check_key(key)
+            digest = idempotency.body_hash(doc)
+        item = _Submit(doc, user_id, actor, key, digest)
+        with self._cond:
+            if self._closed:
+                return idempotency.submit(self.ctx, doc, user_id=user_id, actor=actor, key=key)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="submit-batcher", daemon=True)
+                self._thread.start()
+            self._waiting.append(item)
+            self._cond.notify()
+        item.done.wait()
+        if item.error is not None:
+            raise item.error
+        assert item.answer is not None
+        return item.answer
+
+    def close(self) -> None:
+        """Answer what is waiting, then stop; later submits take the one-task path."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout=30)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if not self._waiting and not self._closed:
+                    self._cond.wait(IDLE_EXIT_S)
+                if not self._waiting:
+                    # Idle (or closed): the thread ends, and the next submit starts another,
+                    # so an idle context (a test's, a replica without load) holds no thread.
+                    self._thread = None
+                    return
+                batch = [self._waiting.popleft() for _ in range(min(self.max_batch, len(self._waiting)))]
+            try:
+                self._commit(batch)
+            except BaseException as exc:  # never leave a caller waiting
+                log.exception("submit batch failed")
+                for item in batch:
+                    if not item.done.is_set():
+                        item.error = exc
+                        item.done.set()
+
+    def _commit(self, batch: list[_Submit]) -> None:
+        try:
+            with self.ctx.db.transaction() as session:
+                answers = self._admit_all(session, batch)
+        except Exception as exc:
+            # The whole transaction failed: each submit alone, as if there were no batching.
+            self.fallbacks += 1
+            log.info("submit batch of %d failed as a whole (%s: %s); retrying each alone", len(batch), type(exc).__name__, exc)
+            for item in batch:
+                try:
+                    item.answer = idempotency.submit(self.ctx, item.doc, user_id=item.user_id, actor=item.actor, key=item.key)
+                except Exception as single:
+                    item.error = single
+                item.done.set()
+            return
+        self.batches += 1
+        self.largest = max(self.largest, len(batch))
+        for item in batch:
+            outcome = answers[item]
+            if isinstance(outcome, BaseException):
+                item.error = outcome
+            else:
+                item.answer = outcome
+            item.done.set()
+
+    def _admit_all(self, session: Session, batch: list[_Submit]) -> dict[_Submit, tuple[TaskResponse, bool] | BaseException]:
+        ctx = self.ctx
+        audit.link_at_commit(session)
+        view = task_service.AdmissionView.read(ctx, session)
+        stored = _stored_keys(ctx, session, batch)
+        made: dict[tuple[int, str], tuple[object, str]] = {}  # keys whose task this batch creates
+        rows: dict[_Submit, tuple[object, bool]] = {}
+        answers: dict[_Submit, tuple[TaskResponse, bool] | BaseException] = {}
+        for item in batch:
+            slot = (item.user_id, item.key) if item.key is not None else None
+            try:
+                if slot in made:
+                    row, digest = made[slot]
+                    if digest != item.digest:
+                        raise idempotency.key_conflict(item.key, row.id)
+                    rows[item] = (row, True)
+                    continue
+                found = stored.get(slot) if slot else None
+                if found is not None:
+                    if found.body_hash != item.digest:
+                        raise idempotency.key_conflict(item.key, found.task_id)
+                    rows[item] = (get_row(session, found.task_id), True)
+                    continue
+                added = len(session.new)
+                try:
+                    row = task_service.submit(ctx, session, item.doc, item.actor, view)
+                except Exception as exc:
+                    if len(session.new) != added:
+                        raise _PartialWrite(exc) from exc  # rows of its own in the session: the batch falls back
+                    raise
+            except _PartialWrite:
+                raise
+            except Exception as exc:  # this submit's own answer; the others go on
+                answers[item] = exc
+                continue
+            if slot is not None:
+                session.add(IdempotencyKeyRow(user_id=item.user_id, key=item.key, task_id=row.id, body_hash=item.digest, created_at=ctx.clock.now()))
+                made[slot] = (row, item.digest)
+            rows[item] = (row, False)
+        session.flush()  # every insert, and the (user, key) uniqueness, before the answers
+        for item, (row, replayed) in rows.items():
+            answers[item] = (task_response(session, row), replayed)
+        return answers
+
+
+def _stored_keys(ctx: ServiceContext, session: Session, batch: list[_Submit]) -> dict[tuple[int, str], IdempotencyKeyRow]:
+    """The live stored records of the batch's Idempotency-Keys (expired ones purged first,
+    once per user and batch, as the one-task path does per request)."""
+    by_user: dict[int, set[str]] = {}
+    for item in batch:
+        if item.key is not None:
+            by_user.setdefault(item.user_id, set()).add(item.key)
+    found = {}
+    for user_id, keys in by_user.items():
+        idempotency.purge_expired(ctx, session, user_id)
+        stmt = select(IdempotencyKeyRow).where(IdempotencyKeyRow.user_id == user_id, IdempotencyKeyRow.key.in_(sorted(keys)))
+        found.update(((r.user_id, r.key), r) for r in session.execute(stmt).scalars())
+    return found
+
+
+def submitter(ctx: ServiceContext) -> SubmitBatcher:
+    return ctx.process_state("submit_batcher", lambda: SubmitBatcher(ctx))
