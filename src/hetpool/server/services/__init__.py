@@ -14,11 +14,12 @@ both rules against this list.
                nodes (agents, liveness, device health), connector_sync
   placement    task_planning (spec resolution, placement, engine fit), sched_state
                (running work, learned runtimes), cluster_state (the one per-process
-               cache: inventory, idle and live snapshots, admission verdicts)
+               cache: inventory, idle and live snapshots, admission verdicts), queue_cache
+               (the queued tasks, re-read only where they moved)
   governance   quota, approvals, cycle_inputs (what a cycle reads: for the scheduler
                and for plan, which runs the same cycle with the planned task added)
   tasks        task_views (the task as the API shows it, listing, logs), tasks (plan and
-               submit), idempotency
+               submit), idempotency, submit_batch (group commit of submits)
   views        stats, profiles, resources_view, governance_view
 
 Workers (server/workers) and routers sit above all of these; what two workers share lives

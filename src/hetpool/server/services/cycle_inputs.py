@@ -80,7 +80,7 @@ class ResolvedSpecs:
     def get(self, inv: Inventory, inventory_key: tuple, row: TaskRow) -> TaskSpec:
         """`row`'s spec resolved against `inv`, which `inventory_key` names (revision and
         measured performance)."""
-        key = (inventory_key, row.updated_at)
+        key = (inventory_key, row.updated_at, row.attempt)
         with self.lock:
             found = self.entries.get(row.id)
         if found is not None and found[0] == key:

@@ -24,7 +24,6 @@ How the numbers are defined (docs/operations-metrics.md says the same):
 
 from __future__ import annotations
 
-import json
 import math
 from collections import defaultdict
 from datetime import datetime, timedelta
@@ -43,6 +42,7 @@ from hetpool.server.db.models import ConnectorSyncRow, NodeStatusRow, PlacementR
 from hetpool.server.services.cluster_state import live_snapshot, read_inventory
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.inventory import Inventory
+from hetpool.server.services.queue_cache import queue_cache
 from hetpool.server.services.task_planning import resolve_task_spec
 
 WINDOWS = {"24h": timedelta(hours=24), "7d": timedelta(days=7)}
@@ -227,39 +227,53 @@ def candidate_pools(ctx: ServiceContext, inv: Inventory, snap: Snapshot, spec: T
     return names
 
 
+def _visible(tenant: str, scopes: list[str] | None) -> bool:
+    return scopes is None or any(tenant == s or tenant.startswith(s + "/") for s in scopes)
+
+
 def waiting_tasks(ctx: ServiceContext, session: Session, inv: Inventory, snap: Snapshot, scopes: list[str] | None, now: datetime) -> list[dict]:
-    """Queued tasks, oldest first, with their queue, candidate pools and wait so far."""
-    stmt = scoped(select(TaskRow).where(TaskRow.state == TaskState.QUEUED.value).order_by(TaskRow.queued_at, TaskRow.id), scopes)
+    """Queued tasks, oldest first, with their queue, candidate pools and wait so far. From
+    the process's queue cache (services/queue_cache.py): only rows that moved since the last
+    reader are read. `reason` is the waiting explanation as the cache has it; the overview
+    reads the few it shows from their rows (`with_current_reasons`)."""
+    queued = [t for t in queue_cache(ctx).refresh(session) if _visible(t.tenant, scopes)]
+    queued.sort(key=lambda t: (t.queued_at or t.created_at, t.id))
     out = []
     # Long queues hold many tasks of the same shape (a sweep, a template): checking each
     # shape's pools once keeps the overview and /metrics fast at thousands of queued tasks.
     by_shape: dict[str, tuple[str, list[str]]] = {}
-    for row in session.execute(stmt).scalars():
-        shape = json.dumps({k: v for k, v in row.spec.items() if k not in ("kind", "name")}, sort_keys=True, default=str)
-        if shape not in by_shape:
+    for task in queued:
+        if task.shape not in by_shape:
             try:
-                spec = resolve_task_spec(inv, {k: v for k, v in row.spec.items() if k != "kind"})
-                by_shape[shape] = route(spec, list(inv.queues.values())).name, candidate_pools(ctx, inv, snap, spec)
+                spec = resolve_task_spec(inv, {k: v for k, v in task.spec.items() if k != "kind"})
+                by_shape[task.shape] = route(spec, list(inv.queues.values())).name, candidate_pools(ctx, inv, snap, spec)
             except Exception:  # the inventory changed under it: the scheduler fails it on its next cycle
-                by_shape[shape] = (row.spec.get("queue") or "default"), []
-        queue, pools = by_shape[shape]
-        since = row.queued_at or row.created_at
-        pending = row.pending_explanation or {}
+                by_shape[task.shape] = (task.spec.get("queue") or "default"), []
+        queue, pools = by_shape[task.shape]
+        since = task.queued_at or task.created_at
         out.append(
             {
-                "id": row.id,
-                "name": row.name,
-                "tenant": row.tenant,
-                "type": row.task_type,
-                "priority": row.priority,
-                "queue": pending.get("queue") or queue,
+                "id": task.id,
+                "name": task.name,
+                "tenant": task.tenant,
+                "type": task.task_type,
+                "priority": task.priority,
+                "queue": queue,
                 "pools": pools,
                 "queued_at": iso_utc(since),
                 "wait_s": max(0.0, (now - since).total_seconds()),
-                "reason": pending.get("summary", ""),
+                "reason": (task.pending_explanation or {}).get("summary", ""),
             }
         )
     return out
+
+
+def with_current_reasons(session: Session, waiting: list[dict]) -> list[dict]:
+    """`waiting` with each task's reason read from its row (another replica's scheduler may
+    have explained it since this one's cache read it)."""
+    ids = [t["id"] for t in waiting]
+    current = dict(session.execute(select(TaskRow.id, TaskRow.pending_explanation).where(TaskRow.id.in_(ids))).all()) if ids else {}
+    return [{**t, "reason": (current.get(t["id"]) or {}).get("summary", "")} for t in waiting]
 
 
 def _admissions(session: Session, scopes: list[str] | None, since: datetime) -> list[tuple[str, str, float]]:
@@ -403,6 +417,6 @@ def workload(ctx: ServiceContext, session: Session, scopes: list[str] | None, wi
             "by_task_type": _queue_table("type", waiting, [(t, w) for _, t, w in admitted], type_names),
             "by_queue": _queue_table("queue", waiting, [], queue_names),
         },
-        "longest_waiting": sorted(waiting, key=lambda t: -t["wait_s"])[:LONGEST_WAITING],
+        "longest_waiting": with_current_reasons(session, sorted(waiting, key=lambda t: -t["wait_s"])[:LONGEST_WAITING]),
         "utilisation": utilisation(inv, totals, _held_intervals(session, scopes, now - max(WINDOWS.values()), now), now),
     }

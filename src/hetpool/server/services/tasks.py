@@ -13,7 +13,6 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass, field
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from hetpool.core.errors import BudgetExceededError, SpecError
@@ -32,6 +31,7 @@ from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.cost import budget_hard_stop
 from hetpool.server.services.cycle_inputs import CycleLoad, load_cycle, run_with_planned_task
 from hetpool.server.services.inventory import Inventory
+from hetpool.server.services.queue_cache import queue_cache
 from hetpool.server.services.sched_state import with_runtime
 from hetpool.server.services.task_planning import placement_options, plan_placement, plan_spec, resolve_task_spec
 
@@ -87,8 +87,8 @@ def plan(ctx: ServiceContext, session: Session, raw: dict) -> dict:
     now = ctx.clock.now()
     # The queued tasks it would join behind (its priority or higher), loaded as the
     # scheduler loads them: the plan runs the scheduler's own cycle with it added.
-    ahead = session.execute(select(TaskRow).where(TaskRow.state == TaskState.QUEUED.value, TaskRow.priority_rank >= spec.priority.rank))
-    load = load_cycle(ctx, session, list(ahead.scalars()), now)
+    ahead = [t for t in queue_cache(ctx).refresh(session) if t.priority_rank >= spec.priority.rank]
+    load = load_cycle(ctx, session, ahead, now)
     snap = load.snap
     # Estimates use the template's learned runtime when the task gives none, as the
     # scheduler does; the returned task document stays what the user asked for.

@@ -21,10 +21,11 @@ from hetpool.scheduling.explain import for_tenant
 from hetpool.server import tracing
 from hetpool.server.db.models import PlacementRow, TaskRow
 from hetpool.server.db.models_idempotency import SchedulerEpochRow
-from hetpool.server.leader import check_fence
+from hetpool.server.leader import check_fence, current_fence
 from hetpool.server.services import task_lifecycle
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.cycle_inputs import load_cycle, set_aside_message
+from hetpool.server.services.queue_cache import queue_cache
 
 ACTOR = "scheduler"
 log = logging.getLogger(__name__)
@@ -37,7 +38,8 @@ def schedule_once(ctx: ServiceContext) -> CycleResult | None:
         # Read first: whatever another scheduler commits after this read bumps the epoch,
         # so usage loaded below is never newer than the epoch we will compare against.
         epoch = session.execute(select(SchedulerEpochRow.epoch).where(SchedulerEpochRow.id == 1)).scalar_one()
-        rows = session.execute(select(TaskRow).where(TaskRow.state == TaskState.QUEUED.value)).scalars().all()
+        # The queued tasks from the process's cache: only rows that moved are read again.
+        rows = queue_cache(ctx).refresh(session, term=current_fence())
         if not rows:
             return None
         shown = {row.id: row.pending_explanation for row in rows}  # what each task already says
@@ -72,6 +74,7 @@ def _apply(
     ctx: ServiceContext, result: CycleResult, epoch: int, shown: dict, pools: dict, clusters: dict, aside: list, tenant_of: dict[str, str]
 ) -> None:
     """Record the cycle's decisions; a decision that cannot be turned into rows joins `aside`."""
+    written: dict = {}  # explanations written, told to the queue cache once committed
     with ctx.db.transaction() as session:
         check_fence(session)  # a replica that lost the lease since its load applies nothing
         if any(d.admit or d.victims for d in result.decisions) and not _claim_epoch(session, epoch):
@@ -102,6 +105,7 @@ def _apply(
                 if row.pending_explanation != explanation:
                     row.pending_explanation = explanation
                     row.placement_attempts = attempts
+                    written[row.id] = (row.updated_at, explanation)
                 continue
             attempt = row.attempt + 1
             for p in decision.assignment.placements:
@@ -139,6 +143,7 @@ def _apply(
                     job_id=None,
                     preempt_reason=None,
                 )
+    queue_cache(ctx).wrote_explanations(written)
 
 
 def _stored(decision, tenant_of: dict[str, str]) -> dict:
