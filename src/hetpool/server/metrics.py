@@ -173,12 +173,11 @@ class HetpoolCollector:
 
     def _from_database(self):
         ctx = self.ctx
-        now = ctx.clock.now()
         with ctx.db.transaction() as session:
             inv = read_inventory(ctx, session)
             snap = live_snapshot(ctx, session)
             pools = stats.pool_rows(snap)
-            waiting = stats.waiting_tasks(ctx, session, inv, snap, None, now)
+            waiting = stats.waiting_tasks(ctx, session, inv, snap, None)
             states = stats.state_counts(session, None)
             backends = stats.backend_health(session, inv)
             node_states = {r.node: r.state for r in session.execute(select(NodeStatusRow)).scalars()}
@@ -204,10 +203,10 @@ class HetpoolCollector:
 
         by_queue = Tally({"default": 0, **dict.fromkeys(inv.queues, 0)})
         by_pool = Tally(dict.fromkeys((p["pool"] for p in pools), 0))
-        for task in waiting:
-            by_queue[task["queue"]] += 1
-            for pool in task["pools"]:
-                by_pool[pool] += 1
+        for shape in waiting.shapes.values():
+            by_queue[shape.queue] += shape.count
+            for pool in shape.pools:
+                by_pool[pool] += shape.count
         queue_family = GaugeMetricFamily("hetpool_queue_length", "Queued tasks per scheduling queue", labels=["queue"])
         for queue, n in sorted(by_queue.items()):
             queue_family.add_metric([queue], n)

@@ -24,8 +24,10 @@ How the numbers are defined (docs/operations-metrics.md says the same):
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import defaultdict
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy import func, or_, select
@@ -42,7 +44,7 @@ from hetpool.server.db.models import ConnectorSyncRow, NodeStatusRow, PlacementR
 from hetpool.server.services.cluster_state import live_snapshot, read_inventory
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.inventory import Inventory
-from hetpool.server.services.queue_cache import queue_cache
+from hetpool.server.services.queue_cache import QueuedTask, queue_cache
 from hetpool.server.services.task_planning import resolve_task_spec
 
 WINDOWS = {"24h": timedelta(hours=24), "7d": timedelta(days=7)}
@@ -231,41 +233,74 @@ def _visible(tenant: str, scopes: list[str] | None) -> bool:
     return scopes is None or any(tenant == s or tenant.startswith(s + "/") for s in scopes)
 
 
-def waiting_tasks(ctx: ServiceContext, session: Session, inv: Inventory, snap: Snapshot, scopes: list[str] | None, now: datetime) -> list[dict]:
-    """Queued tasks, oldest first, with their queue, candidate pools and wait so far. From
-    the process's queue cache (services/queue_cache.py): only rows that moved since the last
-    reader are read. `reason` is the waiting explanation as the cache has it; the overview
-    reads the few it shows from their rows (`with_current_reasons`)."""
-    queued = [t for t in queue_cache(ctx).refresh(session) if _visible(t.tenant, scopes)]
-    queued.sort(key=lambda t: (t.queued_at or t.created_at, t.id))
-    out = []
+@dataclass
+class WaitingShape:
+    """Queued tasks of one shape (the spec but its name): one queue, one set of candidate pools."""
+
+    queue: str
+    pools: list[str]
+    task_type: str
+    count: int = 0
+    oldest: datetime | None = None  # the earliest entry into the queue among them
+
+
+@dataclass
+class Waiting:
+    """The queued tasks the caller may see, by shape, and each with its shape."""
+
+    shapes: dict[str, WaitingShape]
+    tasks: list[QueuedTask]
+
+    def longest(self, n: int, now: datetime) -> list[dict]:
+        """The n longest-waiting tasks (oldest entry first), as the overview lists them."""
+        oldest = heapq.nsmallest(n, self.tasks, key=lambda t: (t.queued_at or t.created_at, t.id))
+        return [_waiting_row(t, self.shapes[t.shape], now) for t in oldest]
+
+
+def _waiting_row(task: QueuedTask, shape: WaitingShape, now: datetime) -> dict:
+    since = task.queued_at or task.created_at
+    return {
+        "id": task.id,
+        "name": task.name,
+        "tenant": task.tenant,
+        "type": task.task_type,
+        "priority": task.priority,
+        "queue": shape.queue,
+        "pools": shape.pools,
+        "queued_at": iso_utc(since),
+        "wait_s": max(0.0, (now - since).total_seconds()),
+        "reason": (task.pending_explanation or {}).get("summary", ""),
+    }
+
+
+def _visible(tenant: str, scopes: list[str] | None) -> bool:
+    return scopes is None or any(tenant == s or tenant.startswith(s + "/") for s in scopes)
+
+
+def waiting_tasks(ctx: ServiceContext, session: Session, inv: Inventory, snap: Snapshot, scopes: list[str] | None) -> Waiting:
+    """Queued tasks within `scopes`, grouped by shape with their queue and candidate pools.
+    From the process's queue cache (services/queue_cache.py): only rows that moved since the
+    last reader are read, and the work per call is one pass over the tasks plus one
+    resolution per shape. A task's `reason` is as the cache has it; the overview reads the
+    few it shows from their rows (`with_current_reasons`)."""
+    tasks = [t for t in queue_cache(ctx).refresh(session) if _visible(t.tenant, scopes)]
     # Long queues hold many tasks of the same shape (a sweep, a template): checking each
     # shape's pools once keeps the overview and /metrics fast at thousands of queued tasks.
-    by_shape: dict[str, tuple[str, list[str]]] = {}
-    for task in queued:
-        if task.shape not in by_shape:
+    shapes: dict[str, WaitingShape] = {}
+    for task in tasks:
+        shape = shapes.get(task.shape)
+        if shape is None:
             try:
                 spec = resolve_task_spec(inv, {k: v for k, v in task.spec.items() if k != "kind"})
-                by_shape[task.shape] = route(spec, list(inv.queues.values())).name, candidate_pools(ctx, inv, snap, spec)
+                shape = WaitingShape(route(spec, list(inv.queues.values())).name, candidate_pools(ctx, inv, snap, spec), task.task_type)
             except Exception:  # the inventory changed under it: the scheduler fails it on its next cycle
-                by_shape[task.shape] = (task.spec.get("queue") or "default"), []
-        queue, pools = by_shape[task.shape]
+                shape = WaitingShape(task.spec.get("queue") or "default", [], task.task_type)
+            shapes[task.shape] = shape
         since = task.queued_at or task.created_at
-        out.append(
-            {
-                "id": task.id,
-                "name": task.name,
-                "tenant": task.tenant,
-                "type": task.task_type,
-                "priority": task.priority,
-                "queue": queue,
-                "pools": pools,
-                "queued_at": iso_utc(since),
-                "wait_s": max(0.0, (now - since).total_seconds()),
-                "reason": (task.pending_explanation or {}).get("summary", ""),
-            }
-        )
-    return out
+        shape.count += 1
+        if shape.oldest is None or since < shape.oldest:
+            shape.oldest = since
+    return Waiting(shapes, tasks)
 
 
 def with_current_reasons(session: Session, waiting: list[dict]) -> list[dict]:
@@ -289,21 +324,26 @@ def _admissions(session: Session, scopes: list[str] | None, since: datetime) -> 
     return out
 
 
-def _queue_table(key: str, waiting: list[dict], admitted: list[tuple[str, float]], names: list[str]) -> list[dict]:
-    """Per key value: waiting now, oldest wait now, admissions in the window with p50/p90."""
-    now_waits: dict[str, list[float]] = defaultdict(list)
-    for task in waiting:
-        for value in task[key] if isinstance(task[key], list) else [task[key]]:
-            now_waits[value].append(task["wait_s"])
+def _queue_table(key: str, waiting: Waiting, admitted: list[tuple[str, float]], names: list[str], now: datetime) -> list[dict]:
+    """Per key value (a shape's "pools", "task_type" or "queue"): waiting now, oldest wait
+    now, admissions in the window with p50/p90."""
+    count: dict[str, int] = defaultdict(int)
+    oldest: dict[str, datetime] = {}
+    for shape in waiting.shapes.values():
+        value = getattr(shape, key)
+        for v in value if isinstance(value, list) else [value]:
+            count[v] += shape.count
+            if v not in oldest or shape.oldest < oldest[v]:
+                oldest[v] = shape.oldest
     past: dict[str, list[float]] = defaultdict(list)
     for value, wait in admitted:
         past[value].append(wait)
-    ordered = list(dict.fromkeys([*names, *sorted(now_waits), *sorted(past)]))
+    ordered = list(dict.fromkeys([*names, *sorted(count), *sorted(past)]))
     return [
         {
             "name": value,
-            "waiting": len(now_waits.get(value, [])),
-            "oldest_wait_s": max(now_waits[value]) if now_waits.get(value) else None,
+            "waiting": count.get(value, 0),
+            "oldest_wait_s": max(0.0, (now - oldest[value]).total_seconds()) if value in oldest else None,
             "admitted": len(past.get(value, [])),
             "p50_wait_s": percentile(past.get(value, []), 0.5),
             "p90_wait_s": percentile(past.get(value, []), 0.9),
@@ -398,11 +438,11 @@ def workload(ctx: ServiceContext, session: Session, scopes: list[str] | None, wi
     since = now - WINDOWS[window]
     inv = read_inventory(ctx, session)
     snap = live_snapshot(ctx, session)
-    waiting = waiting_tasks(ctx, session, inv, snap, scopes, now)
+    waiting = waiting_tasks(ctx, session, inv, snap, scopes)
     admitted = _admissions(session, scopes, since)
     totals = {name: counts["total"] for name, counts in device_counts(snap).items()}
     pool_names = sorted(totals)
-    type_names = sorted({t["type"] for t in waiting} | {a[1] for a in admitted})
+    type_names = sorted({s.task_type for s in waiting.shapes.values()} | {a[1] for a in admitted})
     queue_names = ["default", *sorted(inv.queues)]
     states = state_counts(session, scopes)
     return {
@@ -410,13 +450,13 @@ def workload(ctx: ServiceContext, session: Session, scopes: list[str] | None, wi
         "window": window,
         "scoped": scopes is not None,
         "states": states,
-        "waiting": len(waiting),
+        "waiting": len(waiting.tasks),
         "pending_approval": states.get(TaskState.PENDING_APPROVAL.value, 0),
         "queues": {
-            "by_pool": _queue_table("pools", waiting, [(p, w) for p, _, w in admitted], pool_names),
-            "by_task_type": _queue_table("type", waiting, [(t, w) for _, t, w in admitted], type_names),
-            "by_queue": _queue_table("queue", waiting, [], queue_names),
+            "by_pool": _queue_table("pools", waiting, [(p, w) for p, _, w in admitted], pool_names, now),
+            "by_task_type": _queue_table("task_type", waiting, [(t, w) for _, t, w in admitted], type_names, now),
+            "by_queue": _queue_table("queue", waiting, [], queue_names, now),
         },
-        "longest_waiting": with_current_reasons(session, sorted(waiting, key=lambda t: -t["wait_s"])[:LONGEST_WAITING]),
+        "longest_waiting": with_current_reasons(session, waiting.longest(LONGEST_WAITING, now)),
         "utilisation": utilisation(inv, totals, _held_intervals(session, scopes, now - max(WINDOWS.values()), now), now),
     }

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, select, update
 
 from hetpool.core.states import TaskState
 from hetpool.scheduling.cycle import CycleResult, run_cycle
@@ -42,7 +42,7 @@ def schedule_once(ctx: ServiceContext) -> CycleResult | None:
         rows = queue_cache(ctx).refresh(session, term=current_fence())
         if not rows:
             return None
-        shown = {row.id: row.pending_explanation for row in rows}  # what each task already says
+        loaded = {row.id: row for row in rows}  # what each task already says, and its row's version
         load = load_cycle(ctx, session, rows, now, whole_queue=True)
         pools = {p.name: p for p in load.inv.pools.values()}
         clusters = load.inv.clusters
@@ -52,7 +52,7 @@ def schedule_once(ctx: ServiceContext) -> CycleResult | None:
     result = run_cycle(load.snap, load.queue, ctx.compat.check, now, **load.options())
     aside = [(d.task_id, set_aside_message(d.set_aside)) for d in result.decisions if d.set_aside]
     try:
-        _apply(ctx, result, epoch, shown, pools, clusters, aside, tenant_of)
+        _apply(ctx, result, epoch, loaded, pools, clusters, aside, tenant_of)
     finally:
         _fail_queued(ctx, aside)
     return result
@@ -71,7 +71,7 @@ def _fail_queued(ctx: ServiceContext, failures: list[tuple[str, str]]) -> None:
 
 
 def _apply(
-    ctx: ServiceContext, result: CycleResult, epoch: int, shown: dict, pools: dict, clusters: dict, aside: list, tenant_of: dict[str, str]
+    ctx: ServiceContext, result: CycleResult, epoch: int, loaded: dict, pools: dict, clusters: dict, aside: list, tenant_of: dict[str, str]
 ) -> None:
     """Record the cycle's decisions; a decision that cannot be turned into rows joins `aside`."""
     written: dict = {}  # explanations written, told to the queue cache once committed
@@ -82,13 +82,14 @@ def _apply(
             # Apply nothing; the next pass decides again from fresh data.
             return
         # Most decisions of a long queue are "still waiting, for the same reason": those
-        # need no write, and the rest are read in one query rather than one each.
+        # need no write; a new reason is one UPDATE for all of them; only admissions and
+        # preemptions read their rows (in one query rather than one each).
         stored = {d.task_id: _stored(d, tenant_of) for d in result.decisions if not d.admit}
-        touched = [d.task_id for d in result.decisions if d.admit or d.victims or shown.get(d.task_id) != stored[d.task_id]]
-        current = _rows_by_id(session, touched)
-        for decision in result.decisions:
-            if decision.set_aside:
-                continue  # failed after this transaction
+        acting = [d for d in result.decisions if (d.admit or d.victims) and not d.set_aside]
+        explained = [d for d in result.decisions if not (d.admit or d.victims or d.set_aside)]
+        written.update(_write_explanations(session, explained, stored, loaded, aside))
+        current = _rows_by_id(session, [d.task_id for d in acting])
+        for decision in acting:
             row = current.get(decision.task_id)
             if row is None or row.state != TaskState.QUEUED.value:
                 continue  # unchanged, or cancelled meanwhile
@@ -144,6 +145,42 @@ def _apply(
                     preempt_reason=None,
                 )
     queue_cache(ctx).wrote_explanations(written)
+
+
+_EXPLAIN = (
+    update(TaskRow.__table__)
+    .where(
+        TaskRow.__table__.c.id == bindparam("task_id"),
+        TaskRow.__table__.c.state == TaskState.QUEUED.value,
+        TaskRow.__table__.c.updated_at == bindparam("loaded_at"),
+        TaskRow.__table__.c.attempt == bindparam("loaded_attempt"),
+    )
+    .values(pending_explanation=bindparam("explanation"), placement_attempts=bindparam("attempts"))
+)
+
+
+def _write_explanations(session, decisions: list, stored: dict, loaded: dict, aside: list) -> dict:
+    """Write the explanations that changed, in one statement, each only onto the row as it
+    was loaded (a task cancelled or requeued since keeps what its transition wrote); one
+    that cannot be written joins `aside`. Returns what was written: task id → (the row's
+    updated_at, explanation)."""
+    params, written = [], {}
+    for decision in decisions:
+        row = loaded.get(decision.task_id)
+        explanation = stored[decision.task_id]
+        if row is None or row.pending_explanation == explanation:
+            continue
+        try:
+            attempts = [a.to_dict() for a in decision.assignment.attempts]
+        except Exception as exc:
+            aside.append((decision.task_id, set_aside_message(f"{type(exc).__name__}: {exc}")))
+            continue
+        params.append({"task_id": row.id, "loaded_at": row.updated_at, "loaded_attempt": row.attempt, "explanation": explanation})
+        params[-1]["attempts"] = attempts
+        written[row.id] = (row.updated_at, explanation)
+    if params:
+        session.execute(_EXPLAIN, params)
+    return written
 
 
 def _stored(decision, tenant_of: dict[str, str]) -> dict:
