@@ -83,7 +83,7 @@ def task_body(i: int) -> dict:
     }
 
 
-async def run_load(urls: list[str], token: str, duration: float, clients: int, readers: int) -> dict:
+async def run_load(urls: list[str], token: str, duration: float, clients: int, readers: int, read_interval: float = 0.0) -> dict:
     headers = {"Authorization": f"Bearer {token}"}
     submit_ms: list[float] = []
     read_ms: dict[str, list[float]] = {}
@@ -126,6 +126,8 @@ async def run_load(urls: list[str], token: str, duration: float, clients: int, r
             read_ms.setdefault(path, []).append((time.perf_counter() - t0) * 1000)
             if response.status != 200:
                 errors[f"read {response.status}"] = errors.get(f"read {response.status}", 0) + 1
+            if read_interval > 0:  # a dashboard polls; 0: read back to back (a read stress)
+                await asyncio.sleep(max(0.0, t0 + read_interval - time.perf_counter()))
 
     conns = [connection(i) for i in range(clients + readers)]
     try:
@@ -152,6 +154,12 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=20.0)
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--readers", type=int, default=2)
+    parser.add_argument(
+        "--read-interval",
+        type=float,
+        default=0.0,
+        help="seconds from one read's start to a reader's next (a dashboard page polls every 5 s); 0: back to back",
+    )
     parser.add_argument("--database-url", default="", help="default: a throwaway PostgreSQL from deploy/postgres.sh on port 55520")
     parser.add_argument("--replicas", type=int, default=1, help="hetpool server processes on the one database, clients spread over them")
     parser.add_argument("--no-workers", action="store_true", help="measure the API alone (no scheduler / dispatcher in the server)")
@@ -181,7 +189,7 @@ def main() -> None:
             token = token or printed
         if not token:
             raise SystemExit("no admin token in the first replica's log (is the database fresh?)")
-        result = asyncio.run(run_load(urls, token, args.duration, args.clients, args.readers))
+        result = asyncio.run(run_load(urls, token, args.duration, args.clients, args.readers, args.read_interval))
     finally:
         for proc in procs:
             os.killpg(proc.pid, signal.SIGTERM)
@@ -198,6 +206,7 @@ def main() -> None:
         "replicas": args.replicas,
         "clients": args.clients,
         "readers": args.readers,
+        "read_interval_s": args.read_interval,
         "duration_s": args.duration,
         "rate_limit": "off (one token drives every client)",
         **result,

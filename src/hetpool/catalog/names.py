@@ -10,6 +10,7 @@ the field named and the likely intended names listed.
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 from collections.abc import Iterable
 
@@ -34,6 +35,7 @@ FAMILY_WORDS = {"cuda": "NVIDIA GPUs", "rocm": "AMD GPUs", "dtk": "Hygon DCUs", 
 FAMILY_WORDS |= {"neuware": "Cambricon MLUs", "xre": "Kunlunxin XPUs", "doca": "BlueField DPUs", "none": "CPUs"}
 
 
+@functools.lru_cache(maxsize=4096)  # asked many times per task on the submit and scheduling paths
 def package_key(name: str) -> str:
     """A package name as pip compares them (PEP 503): case, '-', '_' and '.' alike."""
     return re.sub(r"[-_.]+", "-", name.strip().lower())

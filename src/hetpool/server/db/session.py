@@ -33,7 +33,11 @@ def make_engine(url: str) -> Engine:
             cur.close()
 
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    # use_insertmanyvalues off: a batch of rows (the submit batcher's tasks) goes through
+    # psycopg's own executemany, one short statement, parsed once and pipelined; SQLAlchemy's
+    # default expands it into one long VALUES list per batch size, which psycopg parses anew
+    # each time (measured: a batched submit 0.55 → 0.40 ms of CPU).
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20, use_insertmanyvalues=False)
 
 
 def alembic_config() -> Config:
