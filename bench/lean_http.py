@@ -59,7 +59,7 @@ class Connection:
     async def request(self, method: str, path: str, body: object = None, headers: dict[str, str] | None = None) -> Reply:
         try:
             return await asyncio.wait_for(self._request(method, path, body, headers), self.timeout)
-        except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError, ConnectionFailed) as exc:
+        except (TimeoutError, OSError, asyncio.IncompleteReadError, ConnectionFailed) as exc:
             await self.close()  # a half-read response would poison the next request
             raise ConnectionFailed(f"{type(exc).__name__}: {exc}") from exc
 
