@@ -48,6 +48,8 @@ class SchedulingPolicySpec(ObjectSpec):
     )
 
     def rule(self, device_class: DeviceClass | None) -> ClassRule:
-        if device_class is None:
-            return self.classes.get(DeviceClass.CPU, ClassRule())
-        return self.classes.get(device_class, ClassRule())
+        # The shared default, not a new model per call: asked once per task per cycle.
+        return self.classes.get(DeviceClass.CPU if device_class is None else device_class, _DEFAULT_RULE)
+
+
+_DEFAULT_RULE = ClassRule()

@@ -132,6 +132,17 @@ class Explanation:
         facts = {k: v for k, v in data.items() if k not in _BASE_KEYS}
         return cls(reason, bool(data.get("fits_when_idle", True)), dict(data.get("reasons") or {}), list(data.get("attempts") or []), facts)
 
+    def matches(self, stored: dict | None, **extra: Any) -> bool:
+        """Whether `stored` is this explanation's to_dict() plus `extra`, without rendering
+        the sentence: it is a function of the rest (a scheduler compares thousands per cycle)."""
+        if not stored or len(stored) != len(_BASE_KEYS) + len(self.facts) + len(extra):
+            return False
+        if stored.get("reason") != self.reason.value or stored.get("fits_when_idle") != self.fits_when_idle:
+            return False
+        if stored.get("reasons") != self.filter_counts or stored.get("attempts") != self.attempts:
+            return False
+        return all(k in stored and stored[k] == v for k, v in self.facts.items()) and all(stored.get(k) == v for k, v in extra.items())
+
     def with_facts(self, **facts: Any) -> Explanation:
         self.facts.update(facts)
         return self
@@ -142,6 +153,8 @@ def for_tenant(expl: Explanation, tenant: str, tenant_of: Mapping[str, str]) -> 
     other tenants (the reservation that blocks it, the work it would evict) are left out —
     a member learns that another tenant's task is in the way, not which one. `tenant_of`
     maps task ids to their tenants; an id it does not know is treated as foreign."""
+    if "blocking_task" not in expl.facts and "preempting" not in expl.facts:
+        return expl  # nothing that names another task
     facts = dict(expl.facts)
     blocking = facts.get("blocking_task")
     if isinstance(blocking, str) and tenant_of.get(blocking) != tenant:

@@ -17,7 +17,7 @@ from sqlalchemy import bindparam, select, update
 
 from hetpool.core.states import TaskState
 from hetpool.scheduling.cycle import CycleResult, run_cycle
-from hetpool.scheduling.explain import for_tenant
+from hetpool.scheduling.explain import Explanation, for_tenant
 from hetpool.server import tracing
 from hetpool.server.db.models import PlacementRow, TaskRow
 from hetpool.server.db.models_idempotency import SchedulerEpochRow
@@ -84,10 +84,9 @@ def _apply(
         # Most decisions of a long queue are "still waiting, for the same reason": those
         # need no write; a new reason is one UPDATE for all of them; only admissions and
         # preemptions read their rows (in one query rather than one each).
-        stored = {d.task_id: _stored(d, tenant_of) for d in result.decisions if not d.admit}
         acting = [d for d in result.decisions if (d.admit or d.victims) and not d.set_aside]
         explained = [d for d in result.decisions if not (d.admit or d.victims or d.set_aside)]
-        written.update(_write_explanations(session, explained, stored, loaded, aside))
+        written.update(_write_explanations(session, explained, tenant_of, loaded, aside))
         current = _rows_by_id(session, [d.task_id for d in acting])
         for decision in acting:
             row = current.get(decision.task_id)
@@ -102,7 +101,7 @@ def _apply(
             for victim_id in decision.victims:
                 task_lifecycle.request_preemption(ctx, session, victim_id, decision.task_id, decision.preemption_reason)
             if not decision.admit:
-                explanation = stored[decision.task_id]
+                explanation = _stored(decision, tenant_of)
                 if row.pending_explanation != explanation:
                     row.pending_explanation = explanation
                     row.placement_attempts = attempts
@@ -159,7 +158,7 @@ _EXPLAIN = (
 )
 
 
-def _write_explanations(session, decisions: list, stored: dict, loaded: dict, aside: list) -> dict:
+def _write_explanations(session, decisions: list, tenant_of: dict[str, str], loaded: dict, aside: list) -> dict:
     """Write the explanations that changed, in one statement, each only onto the row as it
     was loaded (a task cancelled or requeued since keeps what its transition wrote); one
     that cannot be written joins `aside`. Returns what was written: task id → (the row's
@@ -167,10 +166,13 @@ def _write_explanations(session, decisions: list, stored: dict, loaded: dict, as
     params, written = [], {}
     for decision in decisions:
         row = loaded.get(decision.task_id)
-        explanation = stored[decision.task_id]
-        if row is None or row.pending_explanation == explanation:
+        if row is None:
             continue
+        shown = _shown(decision, tenant_of)
+        if shown.matches(row.pending_explanation, queue=decision.queue):
+            continue  # most of a long queue: still waiting, for the same reason
         try:
+            explanation = {**shown.to_dict(), "queue": decision.queue}
             attempts = [a.to_dict() for a in decision.assignment.attempts]
         except Exception as exc:
             aside.append((decision.task_id, set_aside_message(f"{type(exc).__name__}: {exc}")))
@@ -183,11 +185,15 @@ def _write_explanations(session, decisions: list, stored: dict, loaded: dict, as
     return written
 
 
+def _shown(decision, tenant_of: dict[str, str]) -> Explanation:
+    """A waiting task's explanation as its readers may see it (other tenants' task ids left out)."""
+    return for_tenant(decision.explanation, tenant_of.get(decision.task_id, ""), tenant_of)
+
+
 def _stored(decision, tenant_of: dict[str, str]) -> dict:
     """A waiting task's explanation as stored and shown to its readers (the flat form, with
     its queue; other tenants' task ids left out)."""
-    tenant = tenant_of.get(decision.task_id, "")
-    return {**for_tenant(decision.explanation, tenant, tenant_of).to_dict(), "queue": decision.queue}
+    return {**_shown(decision, tenant_of).to_dict(), "queue": decision.queue}
 
 
 def _rows_by_id(session, task_ids: list[str], chunk: int = 500) -> dict[str, TaskRow]:
