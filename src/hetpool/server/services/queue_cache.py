@@ -26,8 +26,9 @@ import threading
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import select, type_coerce
 from sqlalchemy.orm import Session
+from sqlalchemy.types import NullType
 
 from hetpool.core.states import TaskState
 from hetpool.server.db.models import TaskRow
@@ -68,6 +69,7 @@ class QueuedTask:
     spec: dict
     pending_explanation: dict | None
     shape: str = field(init=False)  # the spec but its name: tasks of one shape have the same candidate pools
+    version: tuple = ()  # (updated_at as scanned, attempt): a row whose version moved is read again
 
     def __post_init__(self) -> None:
         self.shape = json.dumps({k: v for k, v in self.spec.items() if k not in ("kind", "name")}, sort_keys=True, default=str)
@@ -85,17 +87,22 @@ class QueueCache:
         (the scheduler's); a new one drops what was kept. Readers without one pass None."""
         # The attempt too: a clock that did not move (tests' FixedClock) still tells a
         # task that was admitted and requeued since from one that waited all along.
-        scan = session.execute(select(TaskRow.id, TaskRow.updated_at, TaskRow.attempt).where(TaskRow.state == TaskState.QUEUED.value)).all()
+        # updated_at as the driver returns it (no conversion to aware UTC): only compared.
+        raw_updated = type_coerce(TaskRow.updated_at, NullType())
+        scan = session.execute(select(TaskRow.id, raw_updated, TaskRow.attempt).where(TaskRow.state == TaskState.QUEUED.value)).all()
         with self.lock:
             kept = self.entries if term is None or term == self.term else {}
-        stale = [task_id for task_id, updated, attempt in scan if (e := kept.get(task_id)) is None or (e.updated_at, e.attempt) != (updated, attempt)]
+        versions = {task_id: (updated, attempt) for task_id, updated, attempt in scan}
+        stale = [task_id for task_id, version in versions.items() if (e := kept.get(task_id)) is None or e.version != version]
         fresh = {}
         for start in range(0, len(stale), _FETCH_CHUNK):
             part = stale[start : start + _FETCH_CHUNK]
             rows = session.execute(select(*_COLUMNS).where(TaskRow.id.in_(part), TaskRow.state == TaskState.QUEUED.value))
-            fresh.update((r.id, QueuedTask(*r)) for r in rows)
+            for r in rows:
+                fresh[r.id] = QueuedTask(*r)
+                fresh[r.id].version = versions[r.id]
         entries = {}
-        for task_id, _updated, _attempt in scan:
+        for task_id in versions:
             entry = fresh.get(task_id) or kept.get(task_id)
             if entry is not None:  # None: it left the queue between the scan and the read
                 entries[task_id] = entry
