@@ -163,11 +163,16 @@ def main() -> None:
     parser.add_argument("--database-url", default="", help="default: a throwaway PostgreSQL from deploy/postgres.sh on port 55520")
     parser.add_argument("--replicas", type=int, default=1, help="hetpool server processes on the one database, clients spread over them")
     parser.add_argument("--no-workers", action="store_true", help="measure the API alone (no scheduler / dispatcher in the server)")
+    parser.add_argument(
+        "--no-durable",
+        action="store_true",
+        help="its own PostgreSQL without fsync and synchronous commit (as the tests run it); default: durable, as in production",
+    )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args()
 
     own_pg = not args.database_url
-    env = {**os.environ, **PG_ENV}
+    env = {**os.environ, **PG_ENV, "HETPOOL_PG_DURABLE": "0" if args.no_durable else "1"}
     if own_pg:
         subprocess.run([str(REPO / "deploy" / "postgres.sh"), "stop"], env=env, capture_output=True)
         subprocess.run(["rm", "-rf", PG_ENV["HETPOOL_PG_DIR"]], check=True)
@@ -201,7 +206,9 @@ def main() -> None:
     report = {
         "benchmark": "api_load",
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
-        "database": "postgresql",
+        "database": "postgresql"
+        if not own_pg
+        else ("postgresql, fsync and synchronous_commit off" if args.no_durable else "postgresql, durable (fsync, synchronous_commit on)"),
         "server_workers": not args.no_workers,
         "replicas": args.replicas,
         "clients": args.clients,

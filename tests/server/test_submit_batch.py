@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from contextlib import contextmanager
 
 import httpx
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
+from sqlalchemy.exc import DBAPIError
 
 from hetpool.server.db.models import AuditEventRow, TaskRow
 from hetpool.server.db.models_idempotency import IdempotencyKeyRow
@@ -147,3 +149,36 @@ def test_a_lone_submit_is_a_batch_of_one_and_the_batcher_thread_ends_when_idle(c
     assert not thread.is_alive() and batcher._thread is None
     assert demo.post("/api/v1/tasks", json=TASK).status_code == 201  # a new thread for the next one
     assert batcher.batches == 2
+
+
+def test_a_connection_lost_while_the_batch_commits_never_makes_a_task_twice(
+    ctx: ServiceContext, demo: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The commit went through but its answer was lost: a keyed submit is retried and finds
+    its task (the key); a keyless one gets the error instead of a second task."""
+    real = ctx.db.transaction
+    broken = {"left": 0}
+
+    @contextmanager
+    def transaction():
+        with real() as session:
+            yield session
+        if broken["left"] and session.info.get("submit_batch", 0) >= 2:  # the batch of the two below, not the opener
+            broken["left"] -= 1
+            raise DBAPIError("COMMIT", {}, OSError("server closed the connection unexpectedly"), connection_invalidated=True)
+
+    monkeypatch.setattr(ctx.db, "transaction", transaction)
+    broken["left"] = 1
+    requests = [({**TASK, "name": "keyed-lost"}, {"Idempotency-Key": "lost-ack"}), ({**TASK, "name": "keyless-lost"}, {})]
+    quiet = TestClient(demo.app, headers=dict(demo.headers), raise_server_exceptions=False)  # the 500 is an answer here
+    keyed, keyless = send_together(quiet, requests, monkeypatch)
+    assert keyed.status_code == 200 and keyed.headers["Idempotent-Replayed"] == "true"  # its task, found by the key
+    assert keyless.status_code == 500
+    for name in ("keyed-lost", "keyless-lost"):
+        assert count(ctx, select(func.count()).select_from(TaskRow).where(TaskRow.name == name)) == 1
+    assert keyed.json()["id"] == next(iter(_ids_named(ctx, "keyed-lost")))
+
+
+def _ids_named(ctx: ServiceContext, name: str) -> set[str]:
+    with ctx.db.transaction() as session:
+        return set(session.execute(select(TaskRow.id).where(TaskRow.name == name)).scalars())

@@ -78,7 +78,7 @@ def plan(
     description="With an Idempotency-Key header, a retry with the same key and body returns the first task "
     "(status 200, header Idempotent-Replayed: true) instead of creating another; the same key with another body is a 409.",
 )
-def submit(
+async def submit(
     response: Response,
     doc: dict[str, Any] = Body(..., examples=[TASK_EXAMPLE]),
     idempotency_key: str | None = Header(default=None, alias="Idempotency-Key"),
@@ -87,7 +87,8 @@ def submit(
 ) -> dict:
     access.require(user, "task.submit", doc_tenant(doc))
     # Group commit: this request's task shares a transaction with the submits that arrive with it.
-    body, replayed = submit_batch.submitter(ctx).submit(_strip_kind(doc), user_id=user.user_id, actor=user.name, key=idempotency_key)
+    # Awaited, not run in a thread: the route holds no thread of the pool while its batch commits.
+    body, replayed = await submit_batch.submitter(ctx).submit_async(_strip_kind(doc), user_id=user.user_id, actor=user.name, key=idempotency_key)
     if replayed:
         response.status_code = 200
         response.headers[idempotency.REPLAYED_HEADER] = "true"

@@ -20,17 +20,26 @@ Nothing is acknowledged before its commit, and one submit cannot sink the others
   error; the checks add nothing to the session before they pass, so the batch goes on;
 - if the batch's transaction fails as a whole (an Idempotency-Key another replica took
   meanwhile, a lost connection), each of its submits is retried alone on the one-task
-  path (idempotency.submit), which answers exactly as before batching.
+  path (idempotency.submit), which answers exactly as before batching;
+- but a connection lost *during the commit* leaves it unknown whether the batch was
+  committed: then only submits with an Idempotency-Key are retried (the key finds the task
+  if it exists), and the others get the error, as a lone submit would — retrying them
+  could create a task twice.
+
+Callers wait as they came: an API coroutine on a future (no thread of the pool held while
+the batch commits; each event loop is woken once per batch), a thread on an event.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from collections import deque
 from dataclasses import dataclass, field
 
 from sqlalchemy import select
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from hetpool.server.db.models_idempotency import IdempotencyKeyRow
@@ -58,9 +67,26 @@ class _Submit:
     actor: str
     key: str | None
     digest: str | None
+    # How the caller waits: a thread on `done`, or a coroutine on `future` (in `loop`).
     done: threading.Event = field(default_factory=threading.Event)
+    loop: asyncio.AbstractEventLoop | None = None
+    future: asyncio.Future | None = None
     answer: tuple[TaskResponse, bool] | None = None
     error: BaseException | None = None
+    settled: bool = False
+
+    def outcome(self) -> tuple[TaskResponse, bool]:
+        if self.error is not None:
+            raise self.error
+        assert self.answer is not None
+        return self.answer
+
+
+def _resolve(items: list[_Submit]) -> None:
+    """In the callers' event loop: wake each waiting coroutine."""
+    for item in items:
+        if not item.future.done():  # a caller that went away leaves a cancelled future
+            item.future.set_result(None)
 
 
 class SubmitBatcher:
@@ -77,27 +103,43 @@ class SubmitBatcher:
         self.largest = 0
         self.fallbacks = 0  # batches retried one submit at a time
 
-    def submit(self, doc: dict, *, user_id: int, actor: str, key: str | None) -> tuple[TaskResponse, bool]:
-        """Submit `doc` (kind stripped); returns (task body, replayed). Raises what the
-        one-task path raises for this document."""
+    def _item(self, doc: dict, user_id: int, actor: str, key: str | None) -> _Submit:
         digest = None
         if key is not None:
             idempotency.check_key(key)
             digest = idempotency.body_hash(doc)
-        item = _Submit(doc, user_id, actor, key, digest)
+        return _Submit(doc, user_id, actor, key, digest)
+
+    def _enqueue(self, item: _Submit) -> bool:
+        """Hand `item` to the committer thread; False once closed (the caller goes alone)."""
         with self._cond:
             if self._closed:
-                return idempotency.submit(self.ctx, doc, user_id=user_id, actor=actor, key=key)
+                return False
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="submit-batcher", daemon=True)
                 self._thread.start()
             self._waiting.append(item)
             self._cond.notify()
+        return True
+
+    def submit(self, doc: dict, *, user_id: int, actor: str, key: str | None) -> tuple[TaskResponse, bool]:
+        """Submit `doc` (kind stripped); returns (task body, replayed). Raises what the
+        one-task path raises for this document."""
+        item = self._item(doc, user_id, actor, key)
+        if not self._enqueue(item):
+            return idempotency.submit(self.ctx, doc, user_id=user_id, actor=actor, key=key)
         item.done.wait()
-        if item.error is not None:
-            raise item.error
-        assert item.answer is not None
-        return item.answer
+        return item.outcome()
+
+    async def submit_async(self, doc: dict, *, user_id: int, actor: str, key: str | None) -> tuple[TaskResponse, bool]:
+        """`submit` for a coroutine: it waits without holding a thread of the pool."""
+        item = self._item(doc, user_id, actor, key)
+        item.loop = asyncio.get_running_loop()
+        item.future = item.loop.create_future()
+        if not self._enqueue(item):
+            return await asyncio.to_thread(idempotency.submit, self.ctx, doc, user_id=user_id, actor=actor, key=key)
+        await asyncio.shield(item.future)  # a client gone away does not take the answer from the batch
+        return item.outcome()
 
     def close(self) -> None:
         """Answer what is waiting, then stop; later submits take the one-task path."""
@@ -124,24 +166,20 @@ class SubmitBatcher:
             except BaseException as exc:  # never leave a caller waiting
                 log.exception("submit batch failed")
                 for item in batch:
-                    if not item.done.is_set():
+                    if not item.settled:
                         item.error = exc
-                        item.done.set()
+            finally:
+                _settle(batch)
 
     def _commit(self, batch: list[_Submit]) -> None:
+        committing = False
         try:
             with self.ctx.db.transaction() as session:
                 answers = self._admit_all(session, batch)
+                committing = True  # leaving the block commits
         except Exception as exc:
-            # The whole transaction failed: each submit alone, as if there were no batching.
             self.fallbacks += 1
-            log.info("submit batch of %d failed as a whole (%s: %s); retrying each alone", len(batch), type(exc).__name__, exc)
-            for item in batch:
-                try:
-                    item.answer = idempotency.submit(self.ctx, item.doc, user_id=item.user_id, actor=item.actor, key=item.key)
-                except Exception as single:
-                    item.error = single
-                item.done.set()
+            self._after_failed_batch(batch, exc, unknown_outcome=committing and _lost_connection(exc))
             return
         self.batches += 1
         self.largest = max(self.largest, len(batch))
@@ -151,10 +189,25 @@ class SubmitBatcher:
                 item.error = outcome
             else:
                 item.answer = outcome
-            item.done.set()
+
+    def _after_failed_batch(self, batch: list[_Submit], exc: Exception, *, unknown_outcome: bool) -> None:
+        """The whole transaction failed: each submit alone, as if there were no batching —
+        except when the connection was lost during the commit, which may have happened:
+        then only submits with an Idempotency-Key are retried (the key finds the task if
+        it was committed); the others get the error, as one unbatched submit would."""
+        log.info("submit batch of %d failed as a whole (%s: %s); retrying each alone", len(batch), type(exc).__name__, exc)
+        for item in batch:
+            if unknown_outcome and item.key is None:
+                item.error = exc
+                continue
+            try:
+                item.answer = idempotency.submit(self.ctx, item.doc, user_id=item.user_id, actor=item.actor, key=item.key)
+            except Exception as single:
+                item.error = single
 
     def _admit_all(self, session: Session, batch: list[_Submit]) -> dict[_Submit, tuple[TaskResponse, bool] | BaseException]:
         ctx = self.ctx
+        session.info["submit_batch"] = len(batch)  # for whoever looks at the transaction (tests)
         audit.link_at_commit(session)
         view = task_service.AdmissionView.read(ctx, session)
         stored = _stored_keys(ctx, session, batch)
@@ -196,6 +249,26 @@ class SubmitBatcher:
         for item, (row, replayed) in rows.items():
             answers[item] = (task_response(session, row), replayed)
         return answers
+
+
+def _lost_connection(exc: Exception) -> bool:
+    return isinstance(exc, DBAPIError) and bool(exc.connection_invalidated)
+
+
+def _settle(batch: list[_Submit]) -> None:
+    """Wake every caller of the batch: threads one by one, each event loop once."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[_Submit]] = {}
+    for item in batch:
+        item.settled = True
+        if item.loop is None:
+            item.done.set()
+        else:
+            by_loop.setdefault(item.loop, []).append(item)
+    for loop, items in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_resolve, items)
+        except RuntimeError:  # the loop is closed: nobody waits any more
+            pass
 
 
 def _stored_keys(ctx: ServiceContext, session: Session, batch: list[_Submit]) -> dict[tuple[int, str], IdempotencyKeyRow]:
