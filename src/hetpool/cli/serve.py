@@ -10,7 +10,7 @@ from rich.console import Console
 
 from hetpool.cli.files import read_documents
 from hetpool.core.specs import parse_documents
-from hetpool.server import gc_tuning, tracing
+from hetpool.server import interpreter, tracing
 from hetpool.server.app import create_app, make_context
 from hetpool.server.config_file import ConfigError, load_settings
 from hetpool.server.logging_setup import configure_logging
@@ -110,6 +110,6 @@ def serve(
         for line in load_engines(ctx, slurm_conf, ray_address):
             console.print(f"engine cluster {line}")
     console.print(f"hetpool {settings.data_dir} · database {ctx.db.dialect} · serving on {url}")
-    gc_tuning.tune_for_server()  # fewer, cheaper collections: the interpreter lock is shared
+    interpreter.tune_for_server()  # fewer collections, sooner thread switches: one interpreter lock for all
     # log_config=None: uvicorn's loggers go through configure_logging's handler (JSON or text).
     uvicorn.run(create_app(settings, ctx), host=host, port=port, log_level="warning", log_config=None)
