@@ -10,7 +10,10 @@ goes to its pools. Each task's command appends "<task id> <attempt> <hostname> <
 to a ledger file, so the runs are counted outside hetpool. Prints the counts and saves JSON
 to bench/results/crash_test.json; exit code 1 when anything was lost, duplicated or ran twice.
 
-    python bench/crash_test.py [--kills 10] [--duration 120] [--backends local,slurm] [--rate 5]
+    python bench/crash_test.py [--kills 10] [--duration 60] [--backends local,slurm] [--rate 100] [--slurm-kills 2] [--postgres-kills 1]
+
+Besides the replicas it kills the engines (bench/crash_faults.py): slurmctld and the
+PostgreSQL postmaster, kill -9, restarted by the deploy scripts; its PostgreSQL is durable.
 
 See docs/operations-crash-test.md.
 """
@@ -37,16 +40,16 @@ from pathlib import Path
 
 import httpx
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from crash_faults import EngineFaults, Killer, log, plan  # noqa: E402
+from lean_http import ConnectionFailed, Pool  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 TERMINAL = {"succeeded", "failed", "cancelled"}
 # Pools per backend (examples/demo and the `hpc` cluster deploy/slurm.sh + `hetpool up --slurm-conf` import).
 POOLS = {"local": ["bj-a100-80g", "bj-h800"], "slurm": ["hpc-nvidia-h100", "hpc-nvidia-a100-80g"]}
 # Audit actions after which a second attempt is legitimate (the task was asked to give its devices back).
 RERUN_ACTIONS = ("task.preempt_requested", "task.reclaim")
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 def free_port() -> int:
@@ -135,89 +138,6 @@ def admin_token(replica: Replica) -> str:
     return match.group(1)
 
 
-def leader_pid(replicas: list[Replica], token: str) -> int | None:
-    """The pid in the `workers` lease holder (hostname:pid:random), asked of any live replica."""
-    for r in replicas:
-        if not r.alive():
-            continue
-        try:
-            body = httpx.get(r.url + "/api/v1/leader", headers={"Authorization": f"Bearer {token}"}, timeout=3).json()
-        except (httpx.HTTPError, ValueError):
-            continue
-        holder = next((g.get("holder") for g in body.get("groups", []) if g.get("group") == "workers"), None)
-        return int(holder.split(":")[1]) if holder else None
-    return None
-
-
-# -- the killer ------------------------------------------------------------------------------
-
-
-@dataclass
-class Killer:
-    replicas: list[Replica]
-    token: str
-    kills: int
-    duration: float
-    rng: random.Random
-    done: list[dict] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    stop_event: threading.Event = field(default_factory=threading.Event)
-    started: float = 0.0
-
-    def run(self) -> None:
-        started = self.started = time.monotonic()
-        interval = self.duration / (self.kills + 1)
-        want_leader = True
-        try:
-            while not self.stop_event.is_set():
-                if len(self.done) >= self.kills and time.monotonic() - started >= self.duration:
-                    return
-                if self.stop_event.wait(self.rng.uniform(0.4, 1.6) * interval):
-                    return
-                self._kill_one(want_leader)
-                want_leader = not want_leader
-        except Exception as exc:  # keep the load running; the report names it
-            self.errors.append(repr(exc))
-            log(f"killer stopped: {exc!r}")
-
-    def _kill_one(self, want_leader: bool) -> None:
-        # Wait (bounded) for a leader to exist: right after a kill the lease may still be expiring.
-        deadline = time.monotonic() + 30
-        pid = leader_pid(self.replicas, self.token)
-        while pid is None and time.monotonic() < deadline:
-            time.sleep(0.2)
-            pid = leader_pid(self.replicas, self.token)
-        leader = next((r for r in self.replicas if r.proc and r.proc.pid == pid), None)
-        if want_leader and leader is not None:
-            target, role = leader, "leader"
-        else:
-            target = next(r for r in self.replicas if r is not leader)
-            role = "standby" if leader is not None else "no-leader-known"
-        survivor = next(r for r in self.replicas if r is not target)
-        t_kill = time.monotonic()
-        target.kill9()
-        record = {"n": len(self.done) + 1, "at_s": round(t_kill - self.started, 1), "target": target.name, "role": role, "pid": target.proc.pid}
-        log(f"kill -9 #{record['n']}: {target.name} ({role}, pid {target.proc.pid})")
-        # Down for a random 0-2 s, then back on the same port and database (booting in the
-        # background while the takeover is timed).
-        time.sleep(self.rng.uniform(0, 2))
-        t_launch = time.monotonic()
-        target.launch()
-        if role == "leader":
-            # Takeover: the first holder that is not the killed pid (usually the survivor; the
-            # restarted replica may win if it is up before the old lease expires).
-            deadline = time.monotonic() + 30
-            new = leader_pid(self.replicas, self.token)
-            while (new is None or new == record["pid"]) and time.monotonic() < deadline:
-                time.sleep(0.1)
-                new = leader_pid(self.replicas, self.token)
-            record["new_leader"] = next((r.name for r in self.replicas if r.proc and r.proc.pid == new), None)
-            record["takeover_s"] = round(time.monotonic() - t_kill, 2)
-        record["restart_ready_s"] = round(target.wait_ready(t_launch), 2)
-        record["survivor_alive"] = survivor.alive()
-        self.done.append(record)
-
-
 # -- the load --------------------------------------------------------------------------------
 
 
@@ -248,52 +168,54 @@ class Load:
     replay_checks: int = 0
     replay_mismatches: list[dict] = field(default_factory=list)
 
-    async def submit_one(self, client: httpx.AsyncClient, i: int, deadline: float) -> None:
+    async def submit_one(self, client: Pool, i: int, deadline: float) -> None:
         key = f"crash-{self.run_id}-{i:06d}"
         backend = self.backends[i % len(self.backends)]
         body = task_body(key, self.rng.choice(POOLS[backend]), self.ledger, self.run_s)
-        headers = {"Authorization": f"Bearer {self.token}", "Idempotency-Key": key}
+        headers = {"Idempotency-Key": key}
         attempt = 0
         while time.monotonic() < deadline:
             replica = self.replicas[(i + attempt) % len(self.replicas)]  # spread, and switch replica on a retry
             attempt += 1
             try:
-                response = await client.post(replica.url + "/api/v1/tasks", json=body, headers=headers)
-            except httpx.HTTPError as exc:
-                self.tries[f"connection error ({type(exc).__name__})"] += 1
+                response = await client.post(replica.url, "/api/v1/tasks", body, headers)
+            except ConnectionFailed as exc:
+                self.tries[f"connection error ({str(exc).split(':')[0]})"] += 1
                 await asyncio.sleep(0.2)
                 continue
-            if response.status_code in (200, 201):
-                self.tries[str(response.status_code)] += 1
-                self.acked[key] = {"id": response.json()["id"], "status": response.status_code, "tries": attempt, "backend": backend}
+            if response.status in (200, 201):
+                self.tries[str(response.status)] += 1
+                self.acked[key] = {"id": response.json()["id"], "status": response.status, "tries": attempt, "backend": backend}
                 if self.rng.random() < 0.1:  # now and then, send it again on purpose: the same task must come back
                     await self.check_replay(client, key, body, headers)
                 return
-            self.tries[str(response.status_code)] += 1
-            if response.status_code >= 500 or response.status_code == 429:
+            self.tries[str(response.status)] += 1
+            if response.status >= 500 or response.status == 429:
                 await asyncio.sleep(0.2)
                 continue
-            self.given_up[key] = f"{response.status_code}: {response.text[:300]}"
+            self.given_up[key] = f"{response.status}: {response.text[:300]}"
             return
         self.given_up[key] = "no acknowledgement before the deadline"
 
-    async def check_replay(self, client: httpx.AsyncClient, key: str, body: dict, headers: dict) -> None:
+    async def check_replay(self, client: Pool, key: str, body: dict, headers: dict) -> None:
         for replica in self.replicas:
             try:
-                response = await client.post(replica.url + "/api/v1/tasks", json=body, headers=headers)
-            except httpx.HTTPError:
+                response = await client.post(replica.url, "/api/v1/tasks", body, headers)
+            except ConnectionFailed:
                 continue
-            if response.status_code >= 500:
+            if response.status >= 500:
                 continue
             self.replay_checks += 1
-            if response.status_code != 200 or response.json().get("id") != self.acked[key]["id"]:
-                self.replay_mismatches.append({"key": key, "status": response.status_code, "body": response.text[:300], "first": self.acked[key]})
+            if response.status != 200 or response.json().get("id") != self.acked[key]["id"]:
+                self.replay_mismatches.append({"key": key, "status": response.status, "body": response.text[:300], "first": self.acked[key]})
             return
 
     async def run(self, rate: float, keep_going) -> int:
-        """Submit at `rate`/s while keep_going() is true; then wait for the submits in flight."""
-        timeout = httpx.Timeout(15.0, connect=3.0)
-        async with httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(max_connections=64)) as client:
+        """Submit at `rate`/s while keep_going() is true; then wait for the submits in flight.
+        The client is bench/lean_http.py's: at 100/s httpx alone would take a third of a core
+        from the servers under test."""
+        client = Pool(headers={"Authorization": f"Bearer {self.token}"}, timeout=15.0)
+        try:
             pending: set[asyncio.Task] = set()
             i = 0
             t0 = time.monotonic()
@@ -305,6 +227,8 @@ class Load:
                 await asyncio.sleep(max(0.0, t0 + i / rate - time.monotonic()))
             if pending:
                 await asyncio.wait(pending)
+        finally:
+            await client.close()
         return i
 
 
@@ -477,11 +401,13 @@ def cancel_slurm_jobs(task_ids: set[str], conf: str) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kills", type=int, default=10, help="at least this many kill -9 (alternating leader / other replica)")
-    parser.add_argument("--duration", type=float, default=120.0, help="seconds of submit load (longer if the kills need it)")
+    parser.add_argument("--duration", type=float, default=60.0, help="seconds of submit load (longer if the kills need it)")
     parser.add_argument("--backends", default="local,slurm", help="comma-separated: local, slurm")
-    parser.add_argument("--rate", type=float, default=5.0, help="task submissions per second, spread over both replicas")
+    parser.add_argument("--rate", type=float, default=100.0, help="task submissions per second, spread over both replicas")
+    parser.add_argument("--slurm-kills", type=int, default=2, help="kill -9 of slurmctld during the load (with the slurm backend)")
+    parser.add_argument("--postgres-kills", type=int, default=1, help="kill -9 of the PostgreSQL postmaster during the load")
     parser.add_argument("--run-s", type=float, default=1.0, help="how long each task's command sleeps")
-    parser.add_argument("--settle", type=float, default=120.0, help="seconds to wait for every acknowledged task to end")
+    parser.add_argument("--settle", type=float, default=900.0, help="seconds to wait for every acknowledged task to end")
     parser.add_argument("--pg-port", type=int, default=55530)
     parser.add_argument("--start-slurm", action="store_true", help="start deploy/slurm.sh if it is not running (and stop it afterwards)")
     parser.add_argument("--seed", type=int, default=None)
@@ -507,7 +433,9 @@ def main() -> int:
     # Tasks run as their own identities (never the server's): they may only append here.
     ledger.chmod(0o666)
     work.chmod(0o755)
+    # Durable (fsync, synchronous_commit on): a kill -9 of PostgreSQL must not lose what it acknowledged.
     pg_env = {**os.environ, "HETPOOL_PG_PORT": str(args.pg_port), "HETPOOL_PG_DIR": f"/tmp/hetpool-pg-crash-{args.pg_port}"}
+    pg_env["HETPOOL_PG_DURABLE"] = "1"
     pg = str(REPO / "deploy" / "postgres.sh")
     conf, started_slurm = slurm_conf(args.start_slurm) if "slurm" in backends else ("", False)
     subprocess.run([pg, "stop"], env=pg_env, capture_output=True)
@@ -533,10 +461,14 @@ def main() -> int:
         replicas[1].start()
         log(f"replicas up: {[r.url for r in replicas]}")
         killer = Killer(replicas, token, args.kills, args.duration, rng)
+        slurm_kills = args.slurm_kills if "slurm" in backends else 0
+        faults = EngineFaults(plan(args.duration, slurm_kills, args.postgres_kills, rng), pg_env, killer.lock, rng, log)
         load = Load(replicas, token, run_id, backends, ledger, args.run_s, rng)
         thread = threading.Thread(target=killer.run, daemon=True)
+        fault_thread = threading.Thread(target=faults.run, daemon=True)
         t0 = time.monotonic()
         thread.start()
+        fault_thread.start()
         hard_stop = t0 + 3 * args.duration + 60
 
         def keep_going() -> bool:
@@ -544,11 +476,13 @@ def main() -> int:
             # recovery happens under load), never past 3x the duration.
             if time.monotonic() > hard_stop:
                 return False
-            return time.monotonic() - t0 < args.duration or thread.is_alive()
+            return time.monotonic() - t0 < args.duration or thread.is_alive() or len(faults.done) < len(faults.events) and not faults.errors
 
         submitted = asyncio.run(load.run(args.rate, keep_going))
         killer.stop_event.set()
+        faults.stop_event.set()
         thread.join(120)
+        fault_thread.join(120)
         load_s = time.monotonic() - t0
         log(f"load over after {load_s:.0f}s: {submitted} submissions, {len(load.acked)} acknowledged, {len(killer.done)} kills")
         for r in replicas:  # a kill may have left one down (the killer stopped mid-restart)
@@ -581,13 +515,17 @@ def main() -> int:
             "settle_s": round(settle, 1),
             "leadership_lost_log_lines": server_logs.count("LeadershipLost") + server_logs.count("lost by"),
             **{k: v for k, v in result.items() if k != "details"},
+            "slurmctld_kills": sum(1 for f in faults.done if f["what"] == "slurmctld"),
+            "postgres_kills": sum(1 for f in faults.done if f["what"] == "postgres"),
             "kill_log": killer.done,
-            "killer_errors": killer.errors,
+            "engine_fault_log": faults.done,
+            "killer_errors": killer.errors + faults.errors,
             "details": result["details"],
             "work_dir": str(work),
         }
         bad_counts = {k: report[k] for k in ("lost", "duplicated", "ran_twice") if report[k]}
-        exit_code = 1 if bad_counts or killer.errors or report["kills"] < args.kills else 0
+        faults_short = len(faults.done) < len(faults.events)
+        exit_code = 1 if bad_counts or killer.errors or faults.errors or faults_short or report["kills"] < args.kills else 0
     finally:
         if killer:
             killer.stop_event.set()
@@ -601,6 +539,7 @@ def main() -> int:
             subprocess.run([str(REPO / "deploy" / "slurm.sh"), "stop"], capture_output=True)
         log(f"cleaned up: servers stopped, {runners} runner processes ended, {cancelled} Slurm jobs cancelled, PostgreSQL on {args.pg_port} stopped")
     summary_keys = ["accepted", "lost", "duplicated", "ran_twice", "not_terminal", "failed", "succeeded", "kills", "kills_of_leader"]
+    summary_keys += ["slurmctld_kills", "postgres_kills", "rate_per_s"]
     print(json.dumps(report, indent=2, default=str))
     print("\n" + "  ".join(f"{k}={report.get(k)}" for k in summary_keys))
     args.out.parent.mkdir(parents=True, exist_ok=True)

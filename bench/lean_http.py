@@ -109,3 +109,28 @@ async def _chunked(reader: asyncio.StreamReader) -> bytes:
             return bytes(out)
         out += await reader.readexactly(size)
         await reader.readline()
+
+
+class Pool:
+    """Keep-alive connections per base URL, each used by one request at a time."""
+
+    def __init__(self, headers: dict[str, str] | None = None, timeout: float = 15.0) -> None:
+        self.headers = headers or {}
+        self.timeout = timeout
+        self._idle: dict[str, list[Connection]] = {}
+        self._all: list[Connection] = []
+
+    async def post(self, base_url: str, path: str, payload: object, headers: dict[str, str] | None = None) -> Reply:
+        idle = self._idle.setdefault(base_url, [])
+        conn = idle.pop() if idle else None
+        if conn is None:
+            conn = Connection(base_url, headers=self.headers, timeout=self.timeout)
+            self._all.append(conn)
+        try:
+            return await conn.post(path, payload, headers)
+        finally:
+            idle.append(conn)  # a failed one reconnects on its next request
+
+    async def close(self) -> None:
+        for conn in self._all:
+            await conn.close()

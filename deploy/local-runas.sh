@@ -53,11 +53,13 @@ ensure_group() {
   fi
 }
 
-ensure_user() {  # a system account that cannot log in and has no home; never root's group
+ensure_user() {  # an account that cannot log in and has no home; never root's group
   local name=$1
   ensure_group "$TASKS_GROUP"
   if ! getent passwd "$name" >/dev/null; then
-    useradd --system --no-create-home --home-dir /nonexistent --shell "$NOLOGIN" --user-group "$name"
+    # Not --system: Slurm clusters refuse accounts under uid 1000 (engines/slurm/runas.py), and
+    # deploy/slurm-accounts.sh makes this same account with these same flags.
+    useradd --no-create-home --home-dir /nonexistent --shell "$NOLOGIN" --user-group "$name"
     say "created user $name (uid $(id -u "$name"), shell $NOLOGIN, no home)"
   fi
   if ! id -nG "$name" | tr ' ' '\n' | grep -qx "$TASKS_GROUP"; then

@@ -232,3 +232,29 @@ def test_snapshot_caches_are_declared_fields_shared_by_copies() -> None:
     run_cycle(clone, [_q("t", 0, devices={"class": "gpu"})], CHECK, T0)
     assert snap.compat_cache  # verdicts computed on the copy are kept for the next cycle
     assert clone.free_cpu is not snap.free_cpu
+
+
+# ------------------------------------------------------------------ waiting for a recovery
+
+
+def test_a_task_only_unhealthy_capacity_could_run_waits_for_its_recovery_not_forever() -> None:
+    """g1 is down now (its engine's controller restarting, say): a gang of two nodes could
+    run only with it back. It waits for that, without an estimate or a preemption; a task
+    that no node could run even healthy still never fits; a cordon (set in the inventory)
+    is no recovery to wait for."""
+    nodes = [node("g0", "nvidia-h100", 8, stack=CUDA_STACK), node("g1", "nvidia-h100", 8, stack=CUDA_STACK)]
+    nodes.append(node("g2", "nvidia-h100", 8, stack=CUDA_STACK, schedulable=False))
+    snap = make_snapshot(nodes, [pool("h100", "nvidia-h100", ["g0", "g1", "g2"])], unhealthy_nodes={"g1"})
+    queue = [
+        _q("gang", 0, devices={"class": "gpu", "count": 8}, workers=2),
+        _q("trio", 1, devices={"class": "gpu", "count": 8}, workers=3),
+    ]
+    decisions = {d.task_id: d for d in run_cycle(snap, queue, CHECK, T0).decisions}
+    gang, trio = decisions["gang"], decisions["trio"]
+    assert not gang.admit and gang.explanation.reason == "waiting_for_recovery" and not gang.victims
+    assert "unhealthy nodes or devices to come back" in gang.explanation.summary
+    assert gang.explanation.facts.get("estimated_start") is None
+    assert trio.explanation.reason == "never_fits"  # three nodes only with the cordoned one
+    recovered = snap.recovered()
+    assert recovered.node_healthy.tolist() == [True, True, False]
+    assert snap.node_healthy.tolist() == [True, False, False]  # the snapshot itself is unchanged

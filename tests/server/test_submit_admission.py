@@ -1,5 +1,6 @@
 """Submit is admission, not planning: the spec is resolved, "could it ever fit" and the
-quota ceiling are per-shape verdicts cached until the inventory or node health changes,
+quota ceiling are per-shape verdicts cached until the inventory changes (checked against
+the estate as configured: what is unhealthy now may be back),
 and no live placement is computed (the scheduler places the task on its next cycle)."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from sqlalchemy import event
 
 from hetpool.server.services.cluster_state import cluster_state
 from hetpool.server.services.context import ServiceContext
+from hetpool.server.workers.scheduler import schedule_once
 
 H800_TASK = {
     "tenant": "ai-lab/nlp/llm-sft",
@@ -62,16 +64,25 @@ def test_submit_reads_no_allocations(ctx: ServiceContext, demo: TestClient) -> N
     assert not [s for s in seen if "placements" in s.lower()], "submit looked at the live estate"
 
 
-def test_a_broken_device_changes_the_verdict_and_a_repair_changes_it_back(demo: TestClient) -> None:
-    assert submit(demo, "fits").status_code == 201
+def test_what_is_unhealthy_now_makes_a_task_wait_not_refused(ctx: ServiceContext, demo: TestClient) -> None:
+    """A device reported abnormal (or a node down while its engine's controller restarts)
+    may be back: a task only it could run is accepted and waits, and runs once it is back.
+    Only what the configured estate could never run is refused."""
     broken = [{"index": 0, "model": "nvidia-h800", "health": "abnormal"}]
     assert demo.post("/api/v1/agent/heartbeat", json={"node": "gpu-h01", "devices": broken}).status_code == 200
-    refused = submit(demo, "eight-of-seven")
-    assert refused.status_code == 422 and "cannot run on any pool, even when idle" in refused.json()["message"]
-    assert refused.json()["message"].startswith("task 'eight-of-seven'")  # a cached verdict still names this task
+    waiting = submit(demo, "eight-of-seven")
+    assert waiting.status_code == 201 and waiting.json()["state"] == "queued", waiting.text
+    schedule_once(ctx)
+    pending = demo.get(f"/api/v1/tasks/{waiting.json()['id']}").json()
+    assert pending["state"] == "queued" and pending["pending"]["fits_when_idle"] is False, pending
+    assert "unhealthy" in pending["pending"]["summary"] or "abnormal" in pending["pending"]["summary"], pending["pending"]["summary"]
     healthy = [{"index": i, "model": "nvidia-h800", "health": "ok"} for i in range(8)]
     assert demo.post("/api/v1/agent/heartbeat", json={"node": "gpu-h01", "devices": healthy}).status_code == 200
-    assert submit(demo, "fits-again").status_code == 201
+    schedule_once(ctx)
+    assert demo.get(f"/api/v1/tasks/{waiting.json()['id']}").json()["state"] == "admitted"
+    nine = {**H800_TASK["per_worker"], "devices": {"class": "gpu", "models": ["nvidia-h800"], "count": 9}}
+    refused = submit(demo, "nine-of-eight", per_worker=nine)  # no node has nine: never
+    assert refused.status_code == 422 and "cannot run on any pool, even when idle" in refused.json()["message"]
 
 
 def test_a_cached_refusal_names_each_task(demo: TestClient) -> None:

@@ -397,7 +397,18 @@ def leave_waiting(cx: CycleInputs, st: CycleState, cand: Candidate, result: Assi
         if outcome.quota_block:
             decision.explanation = _retold(decision.explanation, Reason.OVER_QUOTA, quota_reason=outcome.quota_block)
             decision.explanation.filter_counts[REASON_QUOTA] = 1
+    elif _recovered_result(cx, st, cand).feasible:
+        # Only capacity that is unhealthy now could run it: it waits for that, not forever.
+        decision.explanation = _retold(decision.explanation, Reason.WAITING_FOR_RECOVERY)
     reserve_or_block(cx, st, cand, decision, fits_idle)
+
+
+def _recovered_result(cx: CycleInputs, st: CycleState, cand: Candidate) -> Assignment:
+    """Where the task would go were everything idle and healthy (per shape, once per cycle)."""
+    key = "recovered|" + cand.shape
+    if key not in st.idle_results:
+        st.idle_results[key] = assign(st.recovered(cx.snapshot), cand.spec, cx.compat_check, **cand.kwargs)
+    return st.idle_results[key]
 
 
 def _retold(expl: Explanation, reason: Reason, **facts) -> Explanation:

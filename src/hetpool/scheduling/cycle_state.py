@@ -78,10 +78,18 @@ class CycleState:
     deferring_done: bool = False  # every non-borrowing head has been decided
     idle_snapshot: Snapshot | None = None
 
+    recovered_snapshot: Snapshot | None = None
+
     def idle(self, snapshot: Snapshot) -> Snapshot:
         if self.idle_snapshot is None:
             self.idle_snapshot = snapshot.emptied()
         return self.idle_snapshot
+
+    def recovered(self, snapshot: Snapshot) -> Snapshot:
+        """The idle estate with what is unhealthy now back (Snapshot.recovered), built once."""
+        if self.recovered_snapshot is None:
+            self.recovered_snapshot = snapshot.recovered()
+        return self.recovered_snapshot
 
     def wait(self, item: QueuedTask, decision: Decision) -> None:
         self.decisions.append(decision)

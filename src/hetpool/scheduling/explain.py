@@ -34,6 +34,7 @@ class Reason(StrEnum):
     FITS = "fits"  # admitted (or, in a plan: would be admitted now)
     WAITING_FOR_CAPACITY = "waiting_for_capacity"  # fits the idle estate, not the free capacity
     NEVER_FITS = "never_fits"  # fits no pool even when everything is idle
+    WAITING_FOR_RECOVERY = "waiting_for_recovery"  # fits only once nodes or devices unhealthy now are back
     HOLDS_RESERVATION = "holds_reservation"  # a blocked head: nodes held for it, backfill may not delay it
     BLOCKED_BY_RESERVATION = "blocked_by_reservation"  # would fit but for another task's reservation
     BEHIND_FIFO_HEAD = "behind_fifo_head"  # a fifo queue's head is blocked
@@ -52,6 +53,7 @@ SUMMARY_TEMPLATES: dict[Reason, str] = {
     Reason.FITS: "fits now on {chosen}: {workers} worker(s), first on {node} ({model})",
     Reason.WAITING_FOR_CAPACITY: "waiting for capacity — {counts}",
     Reason.NEVER_FITS: "cannot run anywhere, even on idle capacity — {counts}",
+    Reason.WAITING_FOR_RECOVERY: "waiting for unhealthy nodes or devices to come back: only they could run it — {counts}",
     Reason.HOLDS_RESERVATION: "waiting for capacity, holding a reservation on {node_count} node(s) from {start_at} — {counts}",
     Reason.BLOCKED_BY_RESERVATION: "held back by the reservation of {blocking_task} (starts {start_at}): starting now would delay it",
     Reason.BEHIND_FIFO_HEAD: "waiting behind the head of fifo queue {queue}",

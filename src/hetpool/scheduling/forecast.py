@@ -336,7 +336,7 @@ def attach_estimates(snapshot, working, waiting, running, decisions: list[Decisi
 
 
 # Reasons whose task cannot start as it stands: no forecast, no position.
-NO_ESTIMATE = frozenset({Reason.NEVER_FITS, Reason.EXCEEDS_QUOTA, Reason.SET_ASIDE})
+NO_ESTIMATE = frozenset({Reason.NEVER_FITS, Reason.WAITING_FOR_RECOVERY, Reason.EXCEEDS_QUOTA, Reason.SET_ASIDE})
 
 
 def _eta_facts(forecast: datetime | None, reserved: datetime | None, now: datetime, horizon: int) -> dict:

@@ -216,6 +216,17 @@ class Snapshot:
         empty.pool_free_whole = np.bincount(self.row_pool, weights=empty.row_free_whole, minlength=len(self.pools)).astype(np.int64)
         return empty
 
+    def recovered(self) -> Snapshot:
+        """The idle estate with every node and device back to health (cordons, which the
+        inventory sets, stay): what a task could run on once what is down now is back."""
+        back = self.emptied()
+        back.node_healthy = np.array([n.schedulable for n in self.node_specs], dtype=bool)
+        data = back.dev_free.data
+        back.dev_free = DeviceMatrix(np.where((data > -1.5) & (data < -0.5), 1.0, data), back.dev_free.lengths)  # -1 broken, -2 padding
+        back.row_free_whole = (back.dev_free.data >= 1.0 - 1e-9).sum(axis=1).astype(np.int64)
+        back.pool_free_whole = np.bincount(self.row_pool, weights=back.row_free_whole, minlength=len(self.pools)).astype(np.int64)
+        return back
+
     def row_of(self, node: str, pool: str) -> int | None:
         n, p = self.node_by_name.get(node), self.pool_by_name.get(pool)
         if n is None or p is None:

@@ -78,6 +78,7 @@ SUMMARY_TEXTS = (
     N_("fits now with fallback to {chosen}: {workers} worker(s), first on {node} ({model})"),
     N_("waiting for capacity — {counts}"),
     N_("cannot run anywhere, even on idle capacity — {counts}"),
+    N_("waiting for unhealthy nodes or devices to come back: only they could run it — {counts}"),
     N_("waiting for capacity, holding a reservation on {node_count} node(s) from {start_at} — {counts}"),
     N_("held back by the reservation of {blocking_task} (starts {start_at}): starting now would delay it"),
     N_("waiting behind the head of fifo queue {queue}"),

@@ -5,7 +5,8 @@ now) and the submit path's per-shape admission verdicts.
 Everything is keyed by the inventory revision, a counter the database bumps on every
 write to an inventory object (migration 20261201_0011), so no write path can leave a
 cached copy behind and a delete followed by a create never looks like "no change". Node
-liveness and device health are read on every use and are part of the snapshots' keys.
+liveness and device health are read on every use and are part of the live snapshot's key
+(the idle estate submit checks against ignores them: what is down now may be back).
 
 The live snapshot is kept up to date by allocation deltas: each caller reads the active
 placements in its own transaction, and the cached snapshot is brought to exactly that set
@@ -137,15 +138,18 @@ def _build(inv: Inventory, allocations: list[Allocation], offline, broken, exter
 
 
 def idle_snapshot(ctx: ServiceContext, session: Session, inv: Inventory, revision: int) -> tuple[Snapshot, tuple]:
-    """The estate with nothing allocated (offline nodes and broken devices still excluded,
-    as in `Snapshot.emptied()` of the live one), and the key it is valid for."""
+    """The estate as configured, with nothing allocated and every node and device taken as
+    healthy, and the key it is valid for (the inventory revision). Submit's "could it ever
+    fit?" asks this one: a node that is down, drained or unreachable now (an engine's
+    controller restarting, say) or a device reported abnormal may be back, and a task that
+    only they could run waits for them rather than being refused. The scheduler still places
+    nothing there while they are unhealthy, and says so in the task's explanation."""
     state = cluster_state(ctx)
-    offline, broken, _engine_used = health_view(session)
-    key = (revision, *_health_key(offline, broken))
+    key = (revision,)
     with state.lock:
         if state.idle is not None and state.idle_key == key:
             return state.idle.emptied(), key
-    snap = _build(inv, [], offline, broken)
+    snap = _build(inv, [], set(), {})
     with state.lock:
         state.idle, state.idle_key = snap, key
     return snap.emptied(), key
