@@ -113,6 +113,18 @@ class Killer:
         self.done.append(record)
 
 
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry.name))
+            except (OSError, ValueError, IndexError):
+                continue
+    return found
+
+
 def plan(duration: float, slurm_kills: int, postgres_kills: int, rng: random.Random) -> list[tuple[float, str]]:
     """(seconds after the start, what) spread over the middle of the load: a fault at the
     very start or end would test little."""
@@ -129,12 +141,16 @@ class EngineFaults:
     lock: threading.Lock
     rng: random.Random
     log: callable
+    slurm_conf: str = ""
     done: list[dict] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    resumed: list[dict] = field(default_factory=list)
     stop_event: threading.Event = field(default_factory=threading.Event)
 
     def run(self) -> None:
         started = time.monotonic()
+        if self.slurm_conf and any(what == "slurmctld" for _, what in self.events):
+            threading.Thread(target=self.resume_duplicate_drains, daemon=True).start()
         try:
             for at, what in sorted(self.events):
                 if self.stop_event.wait(max(0.0, started + at - time.monotonic())):
@@ -152,10 +168,36 @@ class EngineFaults:
         script = str(REPO / "deploy" / "postgres.sh")
         pid = int(subprocess.run([script, "pid"], env=self.pg_env, capture_output=True, text=True, check=True).stdout.strip())
         t0 = time.monotonic()
-        os.kill(pid, signal.SIGKILL)
+        # The postmaster and every backend at once, as a crash of the server takes them: a
+        # backend left alive would hold the port and the shared memory the restart needs.
+        for victim in [pid, *_children(pid)]:
+            try:
+                os.kill(victim, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         time.sleep(self.rng.uniform(1, 3))
         subprocess.run([script, "start"], env=self.pg_env, capture_output=True, text=True, check=True)
         return {"pid": pid, "down_s": round(time.monotonic() - t0, 2)}
+
+    def resume_duplicate_drains(self) -> None:
+        """What an operator does after slurmctld lost its newest state (kill -9, no HA):
+        slurmd still runs jobs the restarted controller gave away again, reports the
+        "Duplicate jobid" and the controller drains the node. Resume such nodes (only those)
+        until the run ends; each resume is counted in the report."""
+        env = {**os.environ, "SLURM_CONF": self.slurm_conf}
+        while not self.stop_event.wait(3):
+            out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N|%T|%E"], capture_output=True, text=True, env=env).stdout
+            drained = sorted(
+                {
+                    n
+                    for n, state, why in (line.split("|", 2) for line in out.splitlines() if line.count("|") == 2)
+                    if "drain" in state and "Duplicate jobid" in why
+                }
+            )
+            for name in drained:
+                subprocess.run(["scontrol", "update", f"NodeName={name}", "State=RESUME"], capture_output=True, env=env)
+                self.resumed.append({"node": name, "at": time.strftime("%H:%M:%S")})
+                self.log(f"operator: resumed {name} (drained by the restarted slurmctld: Duplicate jobid)")
 
     def _kill_slurmctld(self) -> dict:
         pid_file = Path(os.environ.get("HETPOOL_SLURM_DIR", "/tmp/hetpool-slurm")) / "run" / "slurmctld.pid"

@@ -451,6 +451,7 @@ def main() -> int:
     replicas = [Replica(name, free_port(), database_url, data_dir, conf, server_env) for name in ("replica-a", "replica-b")]
     log(f"run {run_id} seed {seed}: backends {backends}, rate {args.rate}/s, {args.kills} kills over {args.duration:.0f}s; work dir {work}")
     killer = None
+    faults = None
     load = None
     submitted = 0
     exit_code = 1
@@ -462,7 +463,7 @@ def main() -> int:
         log(f"replicas up: {[r.url for r in replicas]}")
         killer = Killer(replicas, token, args.kills, args.duration, rng)
         slurm_kills = args.slurm_kills if "slurm" in backends else 0
-        faults = EngineFaults(plan(args.duration, slurm_kills, args.postgres_kills, rng), pg_env, killer.lock, rng, log)
+        faults = EngineFaults(plan(args.duration, slurm_kills, args.postgres_kills, rng), pg_env, killer.lock, rng, log, slurm_conf=conf)
         load = Load(replicas, token, run_id, backends, ledger, args.run_s, rng)
         thread = threading.Thread(target=killer.run, daemon=True)
         fault_thread = threading.Thread(target=faults.run, daemon=True)
@@ -480,9 +481,8 @@ def main() -> int:
 
         submitted = asyncio.run(load.run(args.rate, keep_going))
         killer.stop_event.set()
-        faults.stop_event.set()
         thread.join(120)
-        fault_thread.join(120)
+        fault_thread.join(120)  # its planned faults are done (keep_going waited for them); its operator goes on
         load_s = time.monotonic() - t0
         log(f"load over after {load_s:.0f}s: {submitted} submissions, {len(load.acked)} acknowledged, {len(killer.done)} kills")
         for r in replicas:  # a kill may have left one down (the killer stopped mid-restart)
@@ -493,6 +493,7 @@ def main() -> int:
         engine = create_engine(database_url)
         settle = wait_terminal(engine, run_id, {a["id"] for a in load.acked.values()}, args.settle)
         time.sleep(min(3.0, args.run_s + 1))  # a late duplicate run would show in the ledger now
+        faults.stop_event.set()
         result = check(engine, load, read_ledger(ledger))
         engine.dispose()
         takeovers = [k["takeover_s"] for k in killer.done if "takeover_s" in k]
@@ -519,6 +520,7 @@ def main() -> int:
             "postgres_kills": sum(1 for f in faults.done if f["what"] == "postgres"),
             "kill_log": killer.done,
             "engine_fault_log": faults.done,
+            "slurm_nodes_resumed": faults.resumed,
             "killer_errors": killer.errors + faults.errors,
             "details": result["details"],
             "work_dir": str(work),
@@ -529,6 +531,8 @@ def main() -> int:
     finally:
         if killer:
             killer.stop_event.set()
+        if faults:
+            faults.stop_event.set()
         for r in replicas:
             r.stop()
         runners = kill_runners(data_dir)

@@ -97,11 +97,11 @@ start() {
   if ! as_postgres "$bin/pg_ctl" -D "$BASE/data" status >/dev/null 2>&1; then
     # After a kill -9 the old backends may still hold the shared memory for a moment: retry.
     local try
-    for try in 1 2 3 4 5; do
+    for try in $(seq 1 20); do
       as_postgres "$bin/pg_ctl" -D "$BASE/data" -w -l "$BASE/server.log" \
         -o "-k $BASE -h 127.0.0.1 -p $PORT $durability -c max_connections=200 -c password_encryption=scram-sha-256" \
         start >&2 && break
-      [ "$try" = 5 ] && { tail -n 30 "$BASE/server.log" >&2; exit 1; }
+      [ "$try" = 20 ] && { tail -n 30 "$BASE/server.log" >&2; exit 1; }
       sleep 1
     done
   fi

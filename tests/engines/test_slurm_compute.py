@@ -207,6 +207,33 @@ def test_batch_script_expands_allocated_indices(tmp_path: Path) -> None:
     assert "scontrol show job -d" not in batch_script("j", tmp_path, _plan([worker(0, "cpu-1")]))  # no devices, no lookup
 
 
+def _run_batch(job: Path, fake_bin: Path, job_id: str) -> subprocess.CompletedProcess:
+    env = {"PATH": f"{fake_bin}:/usr/bin:/bin", "SLURM_JOB_ID": job_id}
+    return subprocess.run(["/bin/sh", str(job / "job.sh")], env=env, capture_output=True, text=True, timeout=20)
+
+
+def test_a_batch_script_started_again_by_slurm_runs_nothing_twice(tmp_path: Path) -> None:
+    """A slurmctld killed (-9) and restarted from state saved before a job ran starts that
+    job again under the same id: the second start runs no worker and answers with the
+    first run's outcome; a second start while the first left no outcome refuses (125)."""
+    job, fake_bin = tmp_path / "job", tmp_path / "bin"
+    job.mkdir()
+    fake_bin.mkdir()
+    runs = tmp_path / "runs"
+    (fake_bin / "srun").write_text(f'#!/bin/sh\necho "$SLURM_JOB_ID" >> {runs}\nexit 3\n')
+    (fake_bin / "srun").chmod(0o755)
+    (job / "job.sh").write_text(batch_script("hetpool-t-1", job, _plan([worker(0, "cpu-1")])))
+    first = _run_batch(job, fake_bin, "82")
+    assert first.returncode == 3 and runs.read_text().split() == ["82"]
+    assert (job / "result").read_text().strip() == "exit 3"
+    again = _run_batch(job, fake_bin, "82")
+    assert again.returncode == 3, again.stderr  # the first run's outcome, not a second run
+    assert runs.read_text().split() == ["82"]
+    assert "already started once (as Slurm job 82); not run a second time" in again.stderr
+    (job / "result").unlink()  # the first start still running, or killed without a trace
+    assert _run_batch(job, fake_bin, "82").returncode == 125 and runs.read_text().split() == ["82"]
+
+
 # -- unit: status mapping (a fake squeue) ------------------------------------------------------------
 
 

@@ -244,10 +244,21 @@ umask 027
 # --export=NONE and an account without a login shell leave no PATH; srun and the workers need one.
 PATH=${{PATH:-/usr/local/bin:/usr/bin:/bin}}
 export PATH
+finish() {{ printf '%s\\n' "$1" >"$O/.result.tmp" && mv -f "$O/.result.tmp" "$O/result"; }}
+# At most once: a slurmctld killed and restarted from state saved before this job ran (no HA)
+# starts it again under the same id, and hetpool never does (each attempt is a new job).
+# mkdir is atomic: the second start finds the mark, runs nothing, and answers with the first
+# run's outcome (or, the first still running or killed without a trace, that it refused).
+if ! mkdir "$O/once" 2>/dev/null; then
+  echo "hetpool: job {name} already started once (as Slurm job $(cat "$O/started" 2>/dev/null)); not run a second time" >&2
+  [ -f "$O/result" ] || exit 125
+  read -r kind code rest <"$O/result"
+  [ "$kind" = exit ] && exit "$code"
+  exit 143
+fi
 # The id goes into the job directory first: a restarted hetpool server finds the job there
 # even after slurmctld has forgotten it (there is no slurmdbd to ask).
 printf '%s\\n' "$SLURM_JOB_ID" >"$O/.started.tmp" && mv -f "$O/.started.tmp" "$O/started"
-finish() {{ printf '%s\\n' "$1" >"$O/.result.tmp" && mv -f "$O/.result.tmp" "$O/result"; }}
 # scancel, a time limit, preemption: leave a trace for a poll after Slurm has forgotten the job.
 trap 'finish "signal TERM"; exit 143' TERM
 {devices}# gres/gpu sets these per step on every node: the batch node's own must not leak to workers elsewhere.
