@@ -200,6 +200,11 @@ def test_task_roots_that_tasks_could_tamper_with_or_not_reach_are_refused(make, 
         (loose / "tasks").mkdir(mode=0o755)
         with pytest.raises(RuntimeError, match=rf"task root {loose}/tasks has mode 755; it must be 711"):
             backend.submit(request("listable", "true"))
+        # 0700 and ours: another replica is making it (mkdir, then chmod): finished, not refused.
+        os.chmod(loose / "tasks", 0o700)
+        handle = backend.submit(request("half-made", "true"))
+        assert wait_terminal(backend, handle).phase is JobPhase.SUCCEEDED
+        assert os.stat(loose / "tasks").st_mode & 0o7777 == 0o711
     finally:
         subprocess.run(["rm", "-rf", str(loose)], check=True)
 

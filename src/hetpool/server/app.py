@@ -10,6 +10,7 @@ from pathlib import Path
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import OperationalError
 
 from hetpool import __version__
 from hetpool.core.errors import HetpoolError
@@ -51,6 +52,10 @@ from hetpool.web.routes import install as install_dashboard
 
 log = logging.getLogger(__name__)
 
+DATABASE_UNAVAILABLE = (
+    "the database cannot be reached; retry in a moment. The request may or may not have been applied: "
+    "a submit retried with the same Idempotency-Key never makes a second task"
+)
 _STATUS = {
     "invalid_spec": 422,
     "unschedulable": 422,
@@ -140,6 +145,14 @@ def create_app(settings: Settings | None = None, ctx: ServiceContext | None = No
     @app.exception_handler(AuthError)
     async def _auth_error(_request: Request, exc: AuthError) -> JSONResponse:
         return JSONResponse(status_code=401, content={"code": "unauthorized", "message": exc.message}, headers={"WWW-Authenticate": "Bearer"})
+
+    @app.exception_handler(OperationalError)
+    async def _database_unavailable(request: Request, exc: OperationalError) -> JSONResponse:
+        # The database is down or restarting (a lost connection, refused connections): say so
+        # and when to retry, rather than a bare 500. The pool reconnects by itself.
+        log.warning("database unavailable in %s %s: %s", request.method, request.url.path, str(exc.orig).strip().splitlines()[0][:300])
+        content = {"code": "database_unavailable", "message": DATABASE_UNAVAILABLE}
+        return JSONResponse(status_code=503, content=content, headers={"Retry-After": "1"})
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:

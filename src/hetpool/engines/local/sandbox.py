@@ -77,6 +77,11 @@ def check_task_root(root: Path, via: str) -> Path:
         create_task_root(root)
     st = os.stat(root)
     mode = st.st_mode & 0o7777
+    if via == "setuid" and st.st_uid == me and mode == 0o700:
+        # Another server or runner of ours is making it (mkdir under umask 077, then chmod):
+        # finish its chmod rather than fail the task (seen with two replicas on one data dir).
+        os.chmod(root, 0o711)
+        mode = 0o711
     if st.st_uid != me:
         raise SandboxError(f"task root {root} is owned by uid {st.st_uid}, not the server (uid {me})")
     if via == "setuid" and mode != 0o711:
