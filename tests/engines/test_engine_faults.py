@@ -69,6 +69,8 @@ def test_errors_are_classified_by_kind() -> None:
         "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation",
         "sbatch: error: Slurm temporarily unable to accept job, sleeping and retrying",
         "slurm_load_jobs error: Zero Bytes were transmitted or received",
+        # Seen by bench/crash_test.py: an sbatch in flight when slurmctld was killed (-9).
+        "sbatch: error: Batch job submission failed: Connection reset by peer",
     ],
 )
 def test_slurm_controller_outages_are_transient(stderr: str) -> None:

@@ -17,7 +17,7 @@ from hetpool.engines.slurm.config import SlurmAccess
 _TRANSIENT = re.compile(
     r"Unable to contact slurm controller|Socket timed out|Zero Bytes were transmitted|Communication connection failure"
     r"|Connection refused|temporarily unable|Resource temporarily unavailable|Slurmctld is not responding|Transport endpoint"
-    r"|Connection timed out|Protocol authentication error|Munge .*(socket|connect)",
+    r"|Connection timed out|Connection reset by peer|Protocol authentication error|Munge .*(socket|connect)",
     re.IGNORECASE,
 )
 
