@@ -60,6 +60,8 @@ class Killer:
 
     def run(self) -> None:
         started = self.started = time.monotonic()
+        if self.kills <= 0:
+            return  # --kills 0: the engine faults (or none) alone
         interval = self.duration / (self.kills + 1)
         want_leader = True
         try:

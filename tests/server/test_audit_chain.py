@@ -177,3 +177,25 @@ def test_a_replica_with_another_key_leaves_pending_rows_to_their_writer(ctx: Ser
     audit_chain.chainer_for(ctx.db).chain_now()  # A's next round
     ids, pending, broken = _trail(ctx)
     assert "from-a" in ids and pending == 0 and broken is None
+
+
+def test_worker_transactions_link_their_events_as_they_commit(ctx: ServiceContext, demo: TestClient) -> None:
+    """The leader's pipelines run inside audit.linked_at_commit(): a transition's event is
+    linked in the transaction that makes it (one commit), never left as a pending row for
+    a chainer round; outside it, the same write goes through the pending rows as before."""
+    from hetpool.server.workers.loop import run_pass
+
+    chainer = audit_chain.chainer_for(ctx.db)
+    assert chainer is not None
+    task = {"name": "linked", "tenant": "ai-lab/nlp/llm-sft", "type": "training", "command": "sleep 0"}
+    assert demo.post("/api/v1/tasks", json=task).status_code == 201
+    rounds = chainer.rounds
+    with audit.linked_at_commit():
+        run_pass(ctx)  # admits and dispatches: task.admitted, task.dispatched
+    assert chainer.rounds == rounds, "a worker transaction waited for a chainer round"
+    events = demo.get("/api/v1/audit", params={"object_kind": "Task"}).json()
+    assert {"task.submit", "task.admitted", "task.dispatched"} <= {e["action"] for e in events}, events
+    ids, pending, broken = _trail(ctx)
+    assert pending == 0 and broken is None
+    _record(ctx, "outside")  # not a worker thread: a pending row and a round, as before
+    assert chainer.rounds == rounds + 1

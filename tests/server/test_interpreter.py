@@ -26,7 +26,8 @@ def test_the_server_process_collects_less_often_and_switches_threads_sooner(monk
 
 def test_serve_tunes_the_interpreter_before_uvicorn_runs(monkeypatch, tmp_path) -> None:
     calls = []
-    monkeypatch.setattr(serve.interpreter, "tune_for_server", lambda: calls.append("tune"))
     monkeypatch.setattr(serve.uvicorn, "run", lambda *a, **k: calls.append("run"))
+    monkeypatch.setattr(serve.os, "umask", lambda mask: 0o022)  # serve's umask 077 would stay on for later tests
+    monkeypatch.setattr(serve.interpreter, "tune_for_server", lambda: calls.append("tune"))
     serve.serve(demo=False, data_dir=tmp_path, host="127.0.0.1", port=0, database_url="", demo_dir=tmp_path, workers=False)
     assert calls == ["tune", "run"]

@@ -14,7 +14,9 @@ import hmac
 import io
 import logging
 import secrets
+import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -97,6 +99,9 @@ def record(
     when the engine batches appends, else linked here under the chain's lock."""
     fields = {"ts": ts, "actor": actor, "action": action, "object_kind": object_kind, "object_id": object_id, "before": before, "after": after}
     collected = session.info.get(_COLLECTED)
+    if collected is None and getattr(_inline, "on", False):
+        link_at_commit(session)
+        collected = session.info[_COLLECTED]
     if collected is not None:  # linked all at once when the transaction commits (link_at_commit)
         collected.append(fields)
         return
@@ -116,6 +121,22 @@ def record(
 
 
 _COLLECTED = "audit_collected"
+_inline = threading.local()
+
+
+@contextmanager
+def linked_at_commit() -> Iterator[None]:
+    """While inside, every transaction of this thread that records an event links its events
+    as it commits (link_at_commit), instead of leaving pending rows for a chainer round. For
+    the leader's worker pipelines: one process, a few threads, each transaction already its
+    own batch — a pending row and then a round would double its commits (two fsyncs on a
+    durable database per task transition)."""
+    previous = getattr(_inline, "on", False)
+    _inline.on = True
+    try:
+        yield
+    finally:
+        _inline.on = previous
 
 
 def link_at_commit(session: Session) -> None:

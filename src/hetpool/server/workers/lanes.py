@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from hetpool.server.db.claims import ClaimSet
 from hetpool.server.leader import LeadershipLost, current_fence, fenced
 from hetpool.server.metrics import worker_metrics
+from hetpool.server.services import audit
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.workers.dispatcher import DispatchItem, claim_dispatch_batch, dispatch_item
 
@@ -91,7 +92,7 @@ class DispatchLanes:
     def _run(self, item: DispatchItem, fence) -> None:
         metrics = worker_metrics(self.ctx)
         try:
-            with fenced(fence), metrics.counting_backend_errors():
+            with fenced(fence), audit.linked_at_commit(), metrics.counting_backend_errors():
                 dispatch_item(self.ctx, item)
         except LeadershipLost as exc:
             log.warning("dispatch of %s not recorded: %s", item.task_id, exc)

@@ -26,6 +26,7 @@ import time
 
 from hetpool.server.leader import WORKERS, LeaderElector, LeadershipLost, fenced
 from hetpool.server.metrics import worker_metrics
+from hetpool.server.services import audit
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.nodes import mark_offline
 from hetpool.server.workers.approvals import expire_approvals
@@ -110,7 +111,7 @@ class WorkerLoop:
                 if self.elector is None:
                     run_pass(self.ctx, self.steps)
                 elif self.elector.ensure():
-                    with fenced(self.elector.fence):
+                    with fenced(self.elector.fence), audit.linked_at_commit():
                         completed = run_pass(self.ctx, self.steps, still_leader=self._still_leader)
                     if not completed and not self._stop.is_set():
                         self.elector.lost()
@@ -169,7 +170,7 @@ class WorkerPipelines:
             started = time.monotonic()
             fence = self.elector.fence
             if fence is not None:
-                with fenced(fence):
+                with fenced(fence), audit.linked_at_commit():
                     completed = run_pass(self.ctx, steps, still_leader=self._still_leader, pipeline=name)
                 if not completed and not self._stop.is_set():
                     self.elector.lost()

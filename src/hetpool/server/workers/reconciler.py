@@ -11,6 +11,7 @@ from hetpool.core.states import TaskState
 from hetpool.engines.base import EngineFault, JobHandle, JobPhase, JobStatus, classify
 from hetpool.server.db.claims import Rotation, claim_batch
 from hetpool.server.db.models import TaskRow
+from hetpool.server.leader import LeadershipLost
 from hetpool.server.services import task_lifecycle
 from hetpool.server.services.cluster_state import read_inventory
 from hetpool.server.services.context import ServiceContext
@@ -19,6 +20,7 @@ from hetpool.server.services.reclaim import RECLAIMED
 log = logging.getLogger(__name__)
 ACTOR = "reconciler"
 _FOLLOWED = [TaskState.DISPATCHED.value, TaskState.RUNNING.value, TaskState.UNKNOWN.value]
+APPLY_CHUNK = 50  # outcomes per transaction: row locks held briefly, commits few
 
 
 def reconcile_once(ctx: ServiceContext) -> int:
@@ -55,9 +57,39 @@ def reconcile_once(ctx: ServiceContext) -> int:
             for task_id, attempt, *_ in items:
                 changes += _mark_unknown(ctx, task_id, attempt, f"{backend_kind} backend of cluster {cluster_name or '-'} {what}: {exc}")
             continue
-        for task_id, attempt, _, job_id, cancel_requested in items:
-            status = statuses.get(job_id, JobStatus(JobPhase.LOST))
-            changes += _apply(ctx, task_id, attempt, status, cancel_requested)
+        outcomes = [(task_id, attempt, statuses.get(job_id, JobStatus(JobPhase.LOST)), cancel) for task_id, attempt, _, job_id, cancel in items]
+        changes += _record_all(ctx, outcomes)
+    return changes
+
+
+def _record_all(ctx: ServiceContext, outcomes: list[tuple[str, int, JobStatus, bool]]) -> int:
+    """Record a round's outcomes, APPLY_CHUNK tasks per transaction: one commit for many
+    transitions instead of one each (on a durable database each commit waits for its WAL
+    flush, and a busy round has hundreds). A chunk that fails is recorded again task by
+    task, so one task cannot hold back the others (it is retried on the next round)."""
+    changes = 0
+    for start in range(0, len(outcomes), APPLY_CHUNK):
+        chunk = outcomes[start : start + APPLY_CHUNK]
+        try:
+            with ctx.db.transaction() as session:
+                done = sum(_apply(ctx, session, *outcome) for outcome in chunk)
+            changes += done
+            continue
+        except LeadershipLost:
+            raise
+        except Exception:
+            if len(chunk) == 1:
+                log.exception("recording the outcome of task %s failed; retried on the next round", chunk[0][0])
+                continue
+            log.info("recording %d outcomes together failed; recording them one by one", len(chunk))
+        for outcome in chunk:
+            try:
+                with ctx.db.transaction() as session:
+                    changes += _apply(ctx, session, *outcome)
+            except LeadershipLost:
+                raise
+            except Exception:
+                log.exception("recording the outcome of task %s failed; retried on the next round", outcome[0])
     return changes
 
 
@@ -70,48 +102,48 @@ def _mark_unknown(ctx: ServiceContext, task_id: str, attempt: int, message: str)
         return 1
 
 
-def _apply(ctx: ServiceContext, task_id: str, attempt: int, status: JobStatus, cancel_requested: bool) -> int:
-    with ctx.db.transaction() as session:
-        row = task_lifecycle.get_row(session, task_id, for_update=True)
-        if row.attempt != attempt or row.state not in _FOLLOWED:
-            return 0
-        state = TaskState(row.state)
-        preempting = bool(row.preempt_reason) and not row.cancel_requested
-        if preempting and status.phase == JobPhase.CANCELLED:
-            task_lifecycle.preempt_now(ctx, session, row, row.preempt_reason)
-            return 1
-        if cancel_requested and not preempting and status.phase.terminal:
-            # A reclaim (stop) set the reason as the message; keep it rather than the generic one.
-            message = row.message if row.message.startswith(RECLAIMED) else "cancelled on request"
-            task_lifecycle.transition(ctx, session, row, TaskState.CANCELLED, actor=ACTOR, message=message, exit_code=status.exit_code)
-            return 1
-        # A job that ended on its own before a preemption took effect: record what happened.
-        if status.phase in (JobPhase.RUNNING, JobPhase.PENDING) and state == TaskState.UNKNOWN:
-            # The backend is back and the job is still there.
-            task_lifecycle.transition(ctx, session, row, TaskState.RUNNING, actor=ACTOR, message="backend reachable again")
-            return 1
-        if status.phase == JobPhase.RUNNING and state == TaskState.DISPATCHED:
-            task_lifecycle.transition(ctx, session, row, TaskState.RUNNING, actor=ACTOR)
-            return 1
-        # A job that ran and ended between two polls was never seen running (the reconcile
-        # pipeline runs apart from dispatch now): its dispatch, the task's last change, is the
-        # best start known — learned runtimes and history replays need one.
-        started = {"started_at": row.updated_at} if state == TaskState.DISPATCHED and row.started_at is None else {}
-        if status.phase == JobPhase.SUCCEEDED:
-            task_lifecycle.transition(
-                ctx, session, row, TaskState.SUCCEEDED, actor=ACTOR, exit_code=status.exit_code or 0, message=status.message, **started
-            )
-            return 1
-        if status.phase == JobPhase.FAILED:
-            message = status.message or f"exited with code {status.exit_code}"
-            task_lifecycle.transition(ctx, session, row, TaskState.FAILED, actor=ACTOR, exit_code=status.exit_code, message=message, **started)
-            return 1
-        if status.phase == JobPhase.CANCELLED:
-            # Killed outside hetpool (scancel, kubectl delete …): nobody asked, so it failed.
-            message = f"cancelled outside hetpool: {status.message}" if status.message else "cancelled outside hetpool (on the backend)"
-            task_lifecycle.transition(ctx, session, row, TaskState.FAILED, actor=ACTOR, exit_code=status.exit_code, message=message)
-            return 1
-        if status.phase == JobPhase.LOST:
-            task_lifecycle.transition(ctx, session, row, TaskState.FAILED, actor=ACTOR, message="the backend no longer knows this job")
-            return 1
+def _apply(ctx: ServiceContext, session, task_id: str, attempt: int, status: JobStatus, cancel_requested: bool) -> int:
+    """Record one job's status in the caller's transaction; 1 when the task changed."""
+    row = task_lifecycle.get_row(session, task_id, for_update=True)
+    if row.attempt != attempt or row.state not in _FOLLOWED:
+        return 0
+    state = TaskState(row.state)
+    preempting = bool(row.preempt_reason) and not row.cancel_requested
+    if preempting and status.phase == JobPhase.CANCELLED:
+        task_lifecycle.preempt_now(ctx, session, row, row.preempt_reason)
+        return 1
+    if cancel_requested and not preempting and status.phase.terminal:
+        # A reclaim (stop) set the reason as the message; keep it rather than the generic one.
+        message = row.message if row.message.startswith(RECLAIMED) else "cancelled on request"
+        task_lifecycle.transition(ctx, session, row, TaskState.CANCELLED, actor=ACTOR, message=message, exit_code=status.exit_code)
+        return 1
+    # A job that ended on its own before a preemption took effect: record what happened.
+    if status.phase in (JobPhase.RUNNING, JobPhase.PENDING) and state == TaskState.UNKNOWN:
+        # The backend is back and the job is still there.
+        task_lifecycle.transition(ctx, session, row, TaskState.RUNNING, actor=ACTOR, message="backend reachable again")
+        return 1
+    if status.phase == JobPhase.RUNNING and state == TaskState.DISPATCHED:
+        task_lifecycle.transition(ctx, session, row, TaskState.RUNNING, actor=ACTOR)
+        return 1
+    # A job that ran and ended between two polls was never seen running (the reconcile
+    # pipeline runs apart from dispatch now): its dispatch, the task's last change, is the
+    # best start known — learned runtimes and history replays need one.
+    started = {"started_at": row.updated_at} if state == TaskState.DISPATCHED and row.started_at is None else {}
+    if status.phase == JobPhase.SUCCEEDED:
+        task_lifecycle.transition(
+            ctx, session, row, TaskState.SUCCEEDED, actor=ACTOR, exit_code=status.exit_code or 0, message=status.message, **started
+        )
+        return 1
+    if status.phase == JobPhase.FAILED:
+        message = status.message or f"exited with code {status.exit_code}"
+        task_lifecycle.transition(ctx, session, row, TaskState.FAILED, actor=ACTOR, exit_code=status.exit_code, message=message, **started)
+        return 1
+    if status.phase == JobPhase.CANCELLED:
+        # Killed outside hetpool (scancel, kubectl delete …): nobody asked, so it failed.
+        message = f"cancelled outside hetpool: {status.message}" if status.message else "cancelled outside hetpool (on the backend)"
+        task_lifecycle.transition(ctx, session, row, TaskState.FAILED, actor=ACTOR, exit_code=status.exit_code, message=message)
+        return 1
+    if status.phase == JobPhase.LOST:
+        task_lifecycle.transition(ctx, session, row, TaskState.FAILED, actor=ACTOR, message="the backend no longer knows this job")
+        return 1
     return 0
