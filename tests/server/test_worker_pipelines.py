@@ -17,6 +17,7 @@ from hetpool.core.states import TaskState
 from hetpool.server.db.claims import ClaimSet, Rotation, claim_batch
 from hetpool.server.db.models import TaskRow
 from hetpool.server.services.context import ServiceContext
+from hetpool.server.services.wakeups import wakeups
 from hetpool.server.settings import Settings
 from hetpool.server.workers.dispatcher import dispatch_once
 from hetpool.server.workers.loop import WorkerPipelines
@@ -161,3 +162,31 @@ def test_pipeline_settings_are_checked() -> None:
     settings = Settings(worker_interval_s=0.5, pipeline_interval_s={"cost": 5}, dispatch_concurrency_per_backend={"slurm": 8})
     assert (settings.interval_of("cost"), settings.interval_of("schedule")) == (5, 0.5)
     assert (settings.dispatch_concurrency_of("slurm"), settings.dispatch_concurrency_of("ray")) == (8, 4)
+
+
+def test_a_pipeline_that_changed_anothers_work_wakes_it(ctx: ServiceContext, api: TestClient) -> None:
+    """Intervals of 30 s, but a task that ends frees its device at once for the next one:
+    the reconciler wakes the scheduler, which wakes dispatch, which wakes the reconciler
+    (services/wakeups.py). Without wake-ups the second task would wait out the intervals."""
+    estate = [
+        {"kind": "Tenant", "name": "org"},
+        {"kind": "Cluster", "name": "c1"},
+        {"kind": "Node", "name": "n1", "cluster": "c1", "cpu_cores": 8, "memory_gb": 32, "devices": [{"model": "nvidia-a100-80g", "count": 1}]},
+        {"kind": "Pool", "name": "one-gpu", "cluster": "c1", "model": "nvidia-a100-80g", "nodes": ["n1"]},
+    ]
+    assert api.post("/api/v1/apply", json={"documents": estate}).status_code == 200
+    task = {"tenant": "org", "type": "general", "per_worker": {"devices": {"class": "gpu", "count": 1}, "cpu": 1, "memory_gb": 1}}
+    first = api.post("/api/v1/tasks", json={**task, "name": "first", "command": "sleep 1"}).json()["id"]
+    second = api.post("/api/v1/tasks", json={**task, "name": "second", "command": "true"}).json()["id"]
+    slow = with_settings(ctx, worker_interval_s=30.0, pipeline_interval_s={"reconcile": 1.0})
+    pipelines = WorkerPipelines(slow)
+    started = time.monotonic()
+    pipelines.start()
+    try:
+        wait_until(lambda: task_state(api, second) == "succeeded", "the second task runs once the first ends", timeout_s=25)
+    finally:
+        pipelines.stop()
+    assert task_state(api, first) == "succeeded"
+    assert time.monotonic() - started < 25  # well inside one 30 s interval of the scheduler
+    sent = wakeups(slow).sent
+    assert sent["schedule"] >= 1 and sent["dispatch"] >= 1 and sent["reconcile"] >= 1

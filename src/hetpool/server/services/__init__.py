@@ -7,7 +7,8 @@ both rules against this list.
 
   records      audit, audit_anchor, audit_chain (group commit of the chain), history,
                auth_cache
-  context      context (ServiceContext: settings, database, clock, catalog, engines, caches)
+  context      context (ServiceContext: settings, database, clock, catalog, engines, caches),
+               wakeups (between the worker pipelines)
   identity     auth, access, web_sessions, duties
   lifecycle    task_lifecycle (the task state machine: transition, cancel, preempt), reclaim
   inventory    agent_nodes, inventory, users, cost, capacity_whatif, auto_pools,

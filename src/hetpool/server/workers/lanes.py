@@ -26,6 +26,7 @@ from hetpool.server.leader import LeadershipLost, current_fence, fenced
 from hetpool.server.metrics import worker_metrics
 from hetpool.server.services import audit
 from hetpool.server.services.context import ServiceContext
+from hetpool.server.services.wakeups import wake
 from hetpool.server.workers.dispatcher import DispatchItem, claim_dispatch_batch, dispatch_item
 
 log = logging.getLogger(__name__)
@@ -93,7 +94,8 @@ class DispatchLanes:
         metrics = worker_metrics(self.ctx)
         try:
             with fenced(fence), audit.linked_at_commit(), metrics.counting_backend_errors():
-                dispatch_item(self.ctx, item)
+                if dispatch_item(self.ctx, item):
+                    wake(self.ctx, "reconcile")  # follow the job from its start
         except LeadershipLost as exc:
             log.warning("dispatch of %s not recorded: %s", item.task_id, exc)
             self._on_lost()

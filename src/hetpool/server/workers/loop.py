@@ -29,6 +29,7 @@ from hetpool.server.metrics import worker_metrics
 from hetpool.server.services import audit
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.nodes import mark_offline
+from hetpool.server.services.wakeups import wakeups
 from hetpool.server.workers.approvals import expire_approvals
 from hetpool.server.workers.audit_checkpoint import checkpoint_audit
 from hetpool.server.workers.cost import accrue_usage
@@ -143,6 +144,7 @@ class WorkerPipelines:
         """Stop every pipeline, then release the lease (a standby takes over at once). A
         submit still blocked in an engine is left behind: its record is fenced."""
         self._stop.set()
+        wakeups(self.ctx).wake_all()  # no pipeline sleeps out its interval
         deadline = time.monotonic() + timeout
         self.lanes.shutdown()
         for thread in self._threads:
@@ -160,12 +162,17 @@ class WorkerPipelines:
         # ensure() renews (or tries to take) the lease once per leader_renew_s; waking more
         # often only notices a lost lease sooner.
         poll = min(1.0, max(0.05, self.ctx.settings.leader_renew_s / 4))
+        leading = False
         while not self._stop.is_set():
-            self.elector.ensure()
+            now_leading = self.elector.ensure()
+            if now_leading and not leading:
+                wakeups(self.ctx).wake_all()  # a new leader starts every pipeline now, not after its interval
+            leading = now_leading
             self._stop.wait(poll)
 
     def _run(self, name: str, steps: tuple) -> None:
         interval = self.ctx.settings.interval_of(name)
+        signals = wakeups(self.ctx)
         while not self._stop.is_set():
             started = time.monotonic()
             fence = self.elector.fence
@@ -174,4 +181,8 @@ class WorkerPipelines:
                     completed = run_pass(self.ctx, steps, still_leader=self._still_leader, pipeline=name)
                 if not completed and not self._stop.is_set():
                     self.elector.lost()
-            self._stop.wait(max(0.0, interval - (time.monotonic() - started)))
+            took = time.monotonic() - started
+            # Next round when woken (services/wakeups.py) or after the interval; either way
+            # not before a gap as long as this round took: at most half a thread's time.
+            self._stop.wait(min(took, interval))
+            signals.wait(name, max(0.0, interval - (time.monotonic() - started)))

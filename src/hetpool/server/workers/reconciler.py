@@ -16,6 +16,7 @@ from hetpool.server.services import task_lifecycle
 from hetpool.server.services.cluster_state import read_inventory
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.reclaim import RECLAIMED
+from hetpool.server.services.wakeups import wake
 
 log = logging.getLogger(__name__)
 ACTOR = "reconciler"
@@ -59,6 +60,8 @@ def reconcile_once(ctx: ServiceContext) -> int:
             continue
         outcomes = [(task_id, attempt, statuses.get(job_id, JobStatus(JobPhase.LOST)), cancel) for task_id, attempt, _, job_id, cancel in items]
         changes += _record_all(ctx, outcomes)
+        if any(status.phase.terminal for _, _, status, _ in outcomes):
+            wake(ctx, "schedule")  # devices came back: the queue may move
     return changes
 
 

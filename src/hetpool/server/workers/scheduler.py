@@ -26,6 +26,7 @@ from hetpool.server.services import task_lifecycle
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.cycle_inputs import load_cycle, set_aside_message
 from hetpool.server.services.queue_cache import queue_cache
+from hetpool.server.services.wakeups import wake
 
 ACTOR = "scheduler"
 log = logging.getLogger(__name__)
@@ -55,6 +56,10 @@ def schedule_once(ctx: ServiceContext) -> CycleResult | None:
         _apply(ctx, result, epoch, loaded, pools, clusters, aside, tenant_of)
     finally:
         _fail_queued(ctx, aside)
+    if any(d.admit for d in result.decisions):
+        wake(ctx, "dispatch")  # admitted work waits for its submit
+    if any(d.victims for d in result.decisions):
+        wake(ctx, "reconcile")  # preemptions are carried out there
     return result
 
 
