@@ -162,15 +162,22 @@ class Load:
     ledger: Path
     run_s: float
     rng: random.Random
+    slurm_share: float = 0.5
     acked: dict[str, dict] = field(default_factory=dict)  # key -> {id, status, tries, backend, replica}
     given_up: dict[str, str] = field(default_factory=dict)
     tries: Counter = field(default_factory=Counter)
     replay_checks: int = 0
     replay_mismatches: list[dict] = field(default_factory=list)
 
+    def backend_of(self, i: int) -> str:
+        """Every task goes to local unless it is one of the Slurm share (spread evenly)."""
+        if "slurm" not in self.backends or len(self.backends) == 1:
+            return self.backends[0]
+        return "slurm" if int((i + 1) * self.slurm_share) > int(i * self.slurm_share) else "local"
+
     async def submit_one(self, client: Pool, i: int, deadline: float) -> None:
         key = f"crash-{self.run_id}-{i:06d}"
-        backend = self.backends[i % len(self.backends)]
+        backend = self.backend_of(i)
         body = task_body(key, self.rng.choice(POOLS[backend]), self.ledger, self.run_s)
         headers = {"Idempotency-Key": key}
         attempt = 0
@@ -405,9 +412,15 @@ def main() -> int:
     parser.add_argument("--backends", default="local,slurm", help="comma-separated: local, slurm")
     parser.add_argument("--rate", type=float, default=100.0, help="task submissions per second, spread over both replicas")
     parser.add_argument("--slurm-kills", type=int, default=2, help="kill -9 of slurmctld during the load (with the slurm backend)")
+    parser.add_argument(
+        "--slurm-share",
+        type=float,
+        default=0.25,
+        help="share of the tasks sent to Slurm with both backends (its 12 GPUs run ~3 jobs/s here: more would only lengthen the settle)",
+    )
     parser.add_argument("--postgres-kills", type=int, default=1, help="kill -9 of the PostgreSQL postmaster during the load")
     parser.add_argument("--run-s", type=float, default=1.0, help="how long each task's command sleeps")
-    parser.add_argument("--settle", type=float, default=900.0, help="seconds to wait for every acknowledged task to end")
+    parser.add_argument("--settle", type=float, default=1800.0, help="seconds to wait for every acknowledged task to end")
     parser.add_argument("--pg-port", type=int, default=55530)
     parser.add_argument("--start-slurm", action="store_true", help="start deploy/slurm.sh if it is not running (and stop it afterwards)")
     parser.add_argument("--seed", type=int, default=None)
@@ -464,7 +477,7 @@ def main() -> int:
         killer = Killer(replicas, token, args.kills, args.duration, rng)
         slurm_kills = args.slurm_kills if "slurm" in backends else 0
         faults = EngineFaults(plan(args.duration, slurm_kills, args.postgres_kills, rng), pg_env, killer.lock, rng, log, slurm_conf=conf)
-        load = Load(replicas, token, run_id, backends, ledger, args.run_s, rng)
+        load = Load(replicas, token, run_id, backends, ledger, args.run_s, rng, slurm_share=args.slurm_share)
         thread = threading.Thread(target=killer.run, daemon=True)
         fault_thread = threading.Thread(target=faults.run, daemon=True)
         t0 = time.monotonic()
@@ -505,6 +518,7 @@ def main() -> int:
             "seed": seed,
             "backends": backends,
             "rate_per_s": args.rate,
+            "slurm_share": args.slurm_share if "slurm" in backends and len(backends) > 1 else None,
             "duration_s": round(load_s, 1),
             "submitted": submitted,
             "submit_responses": dict(load.tries),
