@@ -5,12 +5,14 @@ Starts its own throwaway PostgreSQL (deploy/postgres.sh on port 55520, so it nev
 the test instance) unless --database-url is given, starts `hetpool up --demo` against it,
 then runs --clients concurrent submitters (asyncio, one keep-alive connection each, bench/lean_http.py) and --readers
 concurrent readers (GET /api/v1/tasks?limit=50, /api/v1/stats/capacity, /api/v1/stats/workload)
-for --duration seconds. The server's own workers run unless --no-workers: then the numbers
-are the API path alone. Submitted tasks are 8-GPU trainings that sleep, so the estate fills
-up and the rest queue, the way a busy day looks. Prints and saves JSON to
-bench/results/api_load.json.
+for --duration seconds; each reader reads once per --read-interval (1 s: two readers are
+about three dashboard pages open; 0: back to back, a read stress). The server's own workers
+run unless --no-workers: then the numbers are the API path alone. Its PostgreSQL is durable
+(fsync and synchronous commit on, as in production) unless --no-durable. Submitted tasks
+are 8-GPU trainings that sleep, so the estate fills up and the rest queue, the way a busy
+day looks. Prints and saves JSON to bench/results/api_load.json.
 
-    python bench/api_load.py [--duration 20] [--clients 16] [--readers 2] [--no-workers]
+    python bench/api_load.py [--duration 20] [--clients 16] [--readers 2] [--read-interval 1] [--replicas 1] [--no-workers] [--no-durable]
 """
 
 from __future__ import annotations
@@ -157,8 +159,8 @@ def main() -> None:
     parser.add_argument(
         "--read-interval",
         type=float,
-        default=0.0,
-        help="seconds from one read's start to a reader's next (a dashboard page polls every 5 s); 0: back to back",
+        default=1.0,
+        help="seconds from one read's start to a reader's next (a dashboard page polls 3 of these every 5 s); 0: back to back, a read stress",
     )
     parser.add_argument("--database-url", default="", help="default: a throwaway PostgreSQL from deploy/postgres.sh on port 55520")
     parser.add_argument("--replicas", type=int, default=1, help="hetpool server processes on the one database, clients spread over them")
@@ -220,7 +222,19 @@ def main() -> None:
         "target": {"submissions_per_s": 300, "p99_ms": 200},
     }
     print(json.dumps(report, indent=2))
-    out = args.out.with_name("api_load_no_workers.json") if args.no_workers and args.out == DEFAULT_OUT else args.out
+    out = args.out
+    if out == DEFAULT_OUT:  # one file per set-up, named by what differs from the default
+        suffix = "".join(
+            part
+            for part, on in (
+                ("_no_workers", args.no_workers),
+                (f"_{args.replicas}_replicas", args.replicas > 1),
+                ("_read_stress", args.read_interval <= 0),
+                ("_not_durable", args.no_durable),
+            )
+            if on
+        )
+        out = DEFAULT_OUT.with_name(f"api_load{suffix}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"saved {out}")

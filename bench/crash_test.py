@@ -141,7 +141,7 @@ def admin_token(replica: Replica) -> str:
 # -- the load --------------------------------------------------------------------------------
 
 
-def task_body(name: str, pool: str, ledger: Path, run_s: float) -> dict:
+def task_body(name: str, pools: list[str], ledger: Path, run_s: float) -> dict:
     line = '"$HETPOOL_TASK_ID $HETPOOL_ATTEMPT $(hostname) $$ $(date +%s.%N)"'
     return {
         "name": name,
@@ -149,7 +149,7 @@ def task_body(name: str, pool: str, ledger: Path, run_s: float) -> dict:
         "type": "training",
         "command": f"echo {line} >> {ledger}; sleep {run_s}",
         "per_worker": {"devices": {"class": "gpu", "count": 1}, "cpu": 0.5, "memory_gb": 0.5},
-        "any_of": [pool],
+        "any_of": pools,  # the backend's pools: the scheduler picks
     }
 
 
@@ -178,7 +178,7 @@ class Load:
     async def submit_one(self, client: Pool, i: int, deadline: float) -> None:
         key = f"crash-{self.run_id}-{i:06d}"
         backend = self.backend_of(i)
-        body = task_body(key, self.rng.choice(POOLS[backend]), self.ledger, self.run_s)
+        body = task_body(key, POOLS[backend], self.ledger, self.run_s)
         headers = {"Idempotency-Key": key}
         attempt = 0
         while time.monotonic() < deadline:
