@@ -1,15 +1,22 @@
 """Scheduler throughput: the real scheduling core on a synthetic heterogeneous estate.
 
-Builds an inventory of 8+ device models across GPU / NPU / CPU (8 devices per
-accelerator node) and a mixed queue — training gangs of 1–8 workers, inference, batch
-inference, preprocessing — with fallback lists and several tenants. Runs `run_cycle`
-(the function the server's scheduler calls), applies each cycle's admissions to the
-snapshot incrementally, and repeats until the queue drains or nothing more fits.
-
     python bench/scheduler_throughput.py --nodes 5000 --tasks 50000 -o json
+    python bench/scheduler_throughput.py --flat          # the first benchmark's easy mix
 
-Prints and saves (bench/results/scheduler_throughput.json) at least placements_per_s,
-p99_cycle_ms and peak_rss_mib.
+The default ("honest") run has every feature on that a live estate has (see
+estate_mix.py): ≥ 20 % of capacity already running with expected ends, a quota per team
+with borrowing from its siblings, preemption and backfill on, four queues (one FIFO),
+topology requests, slices, ≥ 2,000 distinct shapes, start-time estimates. It calls
+`run_cycle` exactly as the server's scheduler does (a quota book charged with the
+running work per cycle, the running work, the queues), applies admissions and evictions
+to the snapshot, and repeats:
+
+1. drain: cycles until nothing more is admitted (or --max-cycles);
+2. steady: --steady-cycles cycles, each --steady-step seconds later: running work whose
+   end has come finishes (its capacity is released) and --arrivals new tasks arrive.
+
+`placements_per_s` = successful admissions ÷ summed cycle time. Prints and saves
+bench/results/scheduler_throughput[_flat].json.
 """
 
 from __future__ import annotations
@@ -19,183 +26,240 @@ import json
 import platform
 import random
 import resource
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
 
-from hetpool.catalog.compat import CompatibilityKB
-from hetpool.catalog.devices import DeviceCatalog
-from hetpool.core.inventory import ClusterSpec, NodeSpec, PoolSpec
-from hetpool.core.tasks import TaskSpec
-from hetpool.scheduling.cycle import QueuedTask, run_cycle
-from hetpool.scheduling.snapshot import build_snapshot
+sys.path.insert(0, str(Path(__file__).parent))
 
-CUDA_12_4 = {"driver": "550.54.15", "runtime": {"name": "cuda", "version": "12.4"}, "frameworks": {"pytorch": "2.5.1"}}
-CUDA_12_2 = {"driver": "535.154.05", "runtime": {"name": "cuda", "version": "12.2"}, "frameworks": {"pytorch": "2.4.1"}}
-CANN_800 = {"driver": "24.1.0", "runtime": {"name": "cann", "version": "8.0.0"}, "frameworks": {"pytorch": "2.4.0"}}
-CANN_RC2 = {"driver": "24.1.rc2", "runtime": {"name": "cann", "version": "8.0.RC2"}, "frameworks": {"mindspore": "2.3.1", "pytorch": "2.3.1"}}
-# model, share of accelerator nodes, stack
-ACCELERATORS = [
-    ("nvidia-h800", 0.12, CUDA_12_4),
-    ("nvidia-h100", 0.08, CUDA_12_4),
-    ("nvidia-a100-80g", 0.18, CUDA_12_2),
-    ("nvidia-a100-40g", 0.08, CUDA_12_2),
-    ("nvidia-l40s", 0.10, CUDA_12_4),
-    ("ascend-910b2", 0.18, CANN_800),
-    ("ascend-910b3", 0.10, CANN_RC2),
-    ("ascend-310p", 0.08, CANN_RC2),
-    ("nvidia-h20", 0.08, CUDA_12_4),
-]
-GPU_FALLBACKS = [
-    ["nvidia-h800", "nvidia-h100", "nvidia-a100-80g"],
-    ["nvidia-a100-80g", "nvidia-a100-40g", "ascend-910b2"],
-    ["nvidia-h20", "nvidia-l40s"],
-]
+from estate_mix import flat_workload, honest_queues, honest_workload, inventory, team_quotas  # noqa: E402
+
+from hetpool.catalog.compat import CompatibilityKB  # noqa: E402
+from hetpool.catalog.devices import DeviceCatalog  # noqa: E402
+from hetpool.core.policy import SchedulingPolicySpec  # noqa: E402
+from hetpool.governance.quota import QuotaBook  # noqa: E402
+from hetpool.scheduling.cycle import QueuedTask, run_cycle  # noqa: E402
+from hetpool.scheduling.estimate import runtime_on  # noqa: E402
+from hetpool.scheduling.running import RunningTask  # noqa: E402
+from hetpool.scheduling.snapshot import Allocation, build_snapshot  # noqa: E402
+
+__all__ = ["inventory", "main"]  # sim_speed imports inventory from here
+DEFAULT_RUNTIME_S = 4 * 3600.0  # work without an estimate runs this long in the benchmark
 
 
-def inventory(n_nodes: int, cpu_share: float = 0.0):
-    n_accel = int(n_nodes * (1 - cpu_share))
-    clusters = [ClusterSpec(name=f"c{i}", zone=f"z{i}") for i in range(4)]
-    nodes, pools = [], []
-    start = 0
-    for k, (model, share, stack) in enumerate(ACCELERATORS):
-        count = int(round(n_accel * share / sum(s for _, s, _ in ACCELERATORS)))
-        names = [f"{model}-{i}" for i in range(count)]
-        for i, name in enumerate(names):
-            nodes.append(
-                NodeSpec.model_validate(
-                    {
-                        "name": name,
-                        "cluster": f"c{k % 4}",
-                        "network_group": f"{model}-g{i // 32}",
-                        "cpu_cores": 128,
-                        "memory_gb": 2048,
-                        "devices": [{"model": model, "count": 8}],
-                        "stack": stack,
-                    }
-                )
-            )
-        pools.append(PoolSpec(name=f"pool-{model}", cluster=f"c{k % 4}", model=model, nodes=names, price_per_hour=float(5 + 3 * k)))
-        start += count
-    cpu_names = [f"cpu-{i}" for i in range(n_nodes - len(nodes))]
-    for name in cpu_names:
-        nodes.append(
-            NodeSpec.model_validate(
-                {"name": name, "cluster": "c0", "cpu_cores": 96, "memory_gb": 512, "devices": [{"model": "cpu-x86-64", "count": 2}]}
-            )
+class Estate:
+    """The snapshot, the queue and the running work between cycles, as the server keeps them."""
+
+    def __init__(self, snapshot, models, kb, *, queues=(), quotas=(), policy=None) -> None:
+        self.snapshot, self.models, self.kb = snapshot, models, kb
+        self.queues, self.quotas, self.policy = list(queues), list(quotas), policy or SchedulingPolicySpec()
+        self.pool_models = {p.name: p.model.name for p in snapshot.pools}
+        self.queue: dict[str, QueuedTask] = {}
+        self.running: dict[str, RunningTask] = {}
+        self.ends: dict[str, datetime] = {}  # when each running task really ends
+        self.specs: dict[str, QueuedTask] = {}  # each running task as it was queued (an evicted one goes back)
+
+    def book(self) -> QuotaBook | None:
+        if not self.quotas:
+            return None
+        book = QuotaBook(self.quotas, self.models, self.pool_models)
+        book.charge_running(self.running.values())
+        return book
+
+    def cycle(self, now: datetime, estimate: bool = True):
+        result = run_cycle(
+            self.snapshot,
+            list(self.queue.values()),
+            self.kb.check,
+            now,
+            running=list(self.running.values()),
+            queues=self.queues,
+            policy=self.policy,
+            models=self.models,
+            quota=self.book(),
+            estimate=estimate,
         )
-    if cpu_names:
-        pools.append(PoolSpec(name="pool-cpu", cluster="c0", model="cpu-x86-64", nodes=cpu_names, price_per_hour=0.5))
-    return clusters, nodes, pools
+        evicted = 0
+        for d in result.decisions:
+            for victim in d.victims:
+                if victim in self.running:
+                    evicted += 1
+                    self.finish(victim, requeue_at=now)
+            if d.admit:
+                self.start(d, now)
+        return result, evicted
+
+    def start(self, decision, now: datetime, started_at: datetime | None = None) -> None:
+        item = self.queue.pop(decision.task_id)
+        snap, spec = self.snapshot, item.spec
+        allocations = []
+        for p in decision.assignment.placements:
+            snap.take(snap.row_of(p.node, p.pool), p.device_indices, p.device_fraction, p.cpu, p.memory_gb)
+            allocations.append(Allocation(p.node, p.pool, p.device_indices, p.device_fraction, p.cpu, p.memory_gb))
+        seconds = [runtime_on(spec, self.models.get(p.model)) or DEFAULT_RUNTIME_S for p in decision.assignment.placements]
+        started = started_at or now
+        end = started + timedelta(seconds=max(seconds))
+        self.running[item.id] = RunningTask(item.id, spec.tenant, spec.priority.rank, spec.task_type, tuple(allocations), started, end, spec.preemptible)
+        self.ends[item.id] = end
+        self.specs[item.id] = item
+
+    def finish(self, task_id: str, requeue_at: datetime | None = None) -> None:
+        task = self.running.pop(task_id)
+        self.ends.pop(task_id)
+        snap = self.snapshot
+        for a in task.allocations:
+            snap.release(snap.row_of(a.node, a.pool), a.device_indices, a.device_fraction, a.cpu, a.memory_gb)
+        item = self.specs.pop(task_id)
+        if requeue_at is not None:  # evicted: back in the queue with its age
+            self.queue[task_id] = item
+
+    def busy_share(self) -> float:
+        snap = self.snapshot
+        accel = ~snap.row_is_cpu
+        total = float(snap.device_totals()[accel].sum())
+        return (total - float(snap.whole_free()[accel].sum())) / total if total else 0.0
 
 
-def workload(n_tasks: int, rng: random.Random) -> list[QueuedTask]:
-    t0 = datetime(2026, 1, 1, tzinfo=UTC)
-    tasks = []
-    for i in range(n_tasks):
-        r = rng.random()
-        if r < 0.45:
-            doc = {
-                "type": "training",
-                "framework": {"name": "pytorch", "version": ">=2.3"},
-                "workers": rng.choice([1, 1, 2, 2, 4, 8]),
-                "per_worker": {"devices": {"class": "gpu", "count": rng.choice([1, 2, 4, 8])}, "cpu": 8, "memory_gb": 64},
-                "fallback": rng.choice(GPU_FALLBACKS),
-                "runtime_estimate": f"{rng.randint(1, 12)}h",
-            }
-        elif r < 0.70:
-            doc = {
-                "type": "inference",
-                "framework": {"name": "pytorch", "version": ">=2.3"},
-                "workers": rng.choice([1, 2]),
-                "per_worker": {"devices": {"class": "gpu", "count": 1}, "cpu": 4, "memory_gb": 32},
-                "any_of": ["nvidia-l40s", "nvidia-h20", "nvidia-a100-40g"],
-            }
-        elif r < 0.85:
-            doc = {
-                "type": "batch-inference",
-                "framework": {"name": "pytorch", "version": ">=2.3"},
-                "per_worker": {"devices": {"class": "npu", "count": rng.choice([1, 2, 4])}, "cpu": 4, "memory_gb": 32},
-            }
-        elif r < 0.93:
-            doc = {
-                "type": "training",
-                "framework": {"name": "mindspore", "version": "2.3"},
-                "per_worker": {"devices": {"class": "npu", "count": 8}, "cpu": 16, "memory_gb": 128},
-            }
-        else:
-            doc = {"type": "preprocessing", "per_worker": {"cpu": 16, "memory_gb": 64}}
-        doc.update(name=f"t{i}", tenant=f"org{i % 3}/team{i % 11}", priority=rng.choice(["low", "normal", "normal", "normal", "high"]))
-        tasks.append(QueuedTask(f"t{i}", TaskSpec.model_validate(doc), t0 + timedelta(milliseconds=i)))
-    return tasks
+def prefill(estate: Estate, tasks: list[QueuedTask], share: float, now: datetime, rng: random.Random) -> None:
+    """Start work until `share` of the accelerators run it, with start times in the past
+    and expected ends ahead (so reservations and forecasts have ends to count on)."""
+    for item in tasks:
+        estate.queue[item.id] = item
+    while estate.busy_share() < share and estate.queue:
+        result = run_cycle(estate.snapshot, list(estate.queue.values()), estate.kb.check, now, models=estate.models, estimate=False)
+        if not result.admitted:
+            break
+        for d in result.admitted:
+            if estate.busy_share() >= share:
+                break
+            estate.start(d, now, started_at=now - timedelta(seconds=rng.uniform(0, 3 * 3600)))
+    estate.queue.clear()
 
 
-def peak_rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def percentiles(cycle_ms: list[float]) -> dict:
+    if not cycle_ms:
+        return {"p50_cycle_ms": None, "p99_cycle_ms": None}
+    return {"p50_cycle_ms": round(float(np.percentile(cycle_ms, 50)), 1), "p99_cycle_ms": round(float(np.percentile(cycle_ms, 99)), 1)}
 
 
-def main() -> None:
+def summary(cycle_ms: list[float], placed: int, evicted: int) -> dict:
+    core_s = sum(cycle_ms) / 1000
+    return {
+        "cycles": len(cycle_ms),
+        "placed_tasks": placed,
+        "evicted": evicted,
+        "core_seconds": round(core_s, 3),
+        "placements_per_s": round(placed / core_s, 1) if core_s else None,
+        **percentiles(cycle_ms),
+    }
+
+
+def progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def drain(estate: Estate, now: datetime, max_cycles: int) -> tuple[list[float], int, int]:
+    cycle_ms, placed, evicted = [], 0, 0
+    for _ in range(max_cycles):
+        result, out = estate.cycle(now)
+        cycle_ms.append(result.duration_s * 1000)
+        evicted += out
+        placed += len(result.admitted)
+        progress(f"drain cycle {len(cycle_ms)}: {cycle_ms[-1]:.0f} ms, {len(result.admitted)} admitted, {out} evicted, {len(estate.queue)} queued")
+        if not result.admitted and not out:
+            break
+        if not estate.queue:
+            break
+    return cycle_ms, placed, evicted
+
+
+def steady(estate: Estate, now: datetime, args, rng: random.Random, make) -> dict:
+    """Tasks arrive and finish over --steady-cycles cycles, --steady-step seconds apart."""
+    cycle_ms, placed, evicted, finished, next_id = [], 0, 0, 0, 10_000_000
+    for _ in range(args.steady_cycles):
+        now += timedelta(seconds=args.steady_step)
+        for task_id in [t for t, end in estate.ends.items() if end <= now]:
+            estate.finish(task_id)
+            finished += 1
+        for item in make(args.arrivals, rng, next_id, now):
+            estate.queue[item.id] = item
+        next_id += args.arrivals
+        result, out = estate.cycle(now)
+        cycle_ms.append(result.duration_s * 1000)
+        placed += len(result.admitted)
+        evicted += out
+    return {**summary(cycle_ms, placed, evicted), "finished": finished, "arrived": args.arrivals * args.steady_cycles, "queued_at_end": len(estate.queue)}
+
+
+def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--tasks", type=int, default=50000)
+    parser.add_argument("--flat", action="store_true", help="the first benchmark's easy mix: nothing running, no quotas, one queue, ~165 shapes")
+    parser.add_argument("--running-share", type=float, default=0.25, help="share of accelerators busy at the start (honest mix)")
     parser.add_argument("--cpu-share", type=float, default=0.0, help="share of CPU-only nodes (accelerator nodes are 8-device)")
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--max-cycles", type=int, default=200)
+    parser.add_argument("--steady-cycles", type=int, default=20)
+    parser.add_argument("--steady-step", type=float, default=120.0, help="simulated seconds between steady-state cycles")
+    parser.add_argument("--arrivals", type=int, default=100, help="tasks arriving before each steady-state cycle")
     parser.add_argument("-o", "--output", choices=["json", "text"], default="text")
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "scheduler_throughput.json")
-    args = parser.parse_args()
+    parser.add_argument("--out", type=Path, default=None, help="default: bench/results/scheduler_throughput[_flat].json")
+    args = parser.parse_args(argv)
 
     rng = random.Random(args.seed)
     catalog, kb = DeviceCatalog.builtin(), CompatibilityKB.builtin()
     models = {m.name: m for m in catalog.all()}
     clusters, nodes, pools = inventory(args.nodes, args.cpu_share)
-    queue = workload(args.tasks, rng)
     snapshot = build_snapshot(clusters, nodes, pools, models)
-    accelerators = int(snapshot.device_totals()[~snapshot.row_is_cpu].sum())
+    accel_rows = ~snapshot.row_is_cpu
+    accelerators = int(snapshot.device_totals()[accel_rows].sum())
     now = datetime(2026, 1, 2, tzinfo=UTC)
-
-    cycle_ms, placed_tasks, placed_workers, core_s = [], 0, 0, 0.0
-    for _ in range(args.max_cycles):
-        result = run_cycle(snapshot, queue, kb.check, now, models=models)
-        core_s += result.duration_s
-        cycle_ms.append(result.duration_s * 1000)
-        admitted = result.admitted
-        if not admitted:
-            break
-        for d in admitted:  # the server's apply step, incrementally on the same arrays
-            for p in d.assignment.placements:
-                snapshot.take(snapshot.row_of(p.node, p.pool), p.device_indices, p.device_fraction, p.cpu, p.memory_gb)
-            placed_workers += len(d.assignment.placements)
-        placed_tasks += len(admitted)
-        done = {d.task_id for d in admitted}
-        queue = [q for q in queue if q.id not in done]
-        if not queue:
-            break
-    used = int((snapshot.device_totals() - snapshot.whole_free())[~snapshot.row_is_cpu].sum())
+    if args.flat:
+        estate = Estate(snapshot, models, kb)
+        make = lambda n, r, start, t0: flat_workload(n, r, start)  # noqa: E731
+    else:
+        by_class: dict[str, int] = {}
+        for p in snapshot.pools:
+            by_class[p.model.device_class.value] = by_class.get(p.model.device_class.value, 0) + int(snapshot.device_totals()[p.rows].sum())
+        estate = Estate(snapshot, models, kb, queues=honest_queues(), quotas=team_quotas(by_class))
+        make = honest_workload
+    if not args.flat and args.running_share > 0:
+        prefill(estate, honest_workload(args.tasks // 2, random.Random(args.seed + 1), start=5_000_000), args.running_share, now, rng)
+    running_share, running_at_start = estate.busy_share(), len(estate.running)
+    queue = make(args.tasks, rng, 0, now - timedelta(hours=1))
+    shapes = len({q.spec.placement_shape for q in queue})
+    for item in queue:
+        estate.queue[item.id] = item
+    cycle_ms, placed, evicted = drain(estate, now, args.max_cycles)
+    used = int((snapshot.device_totals() - snapshot.whole_free())[accel_rows].sum())
     report = {
         "benchmark": "scheduler_throughput",
+        "mix": "flat" if args.flat else "honest",
         "nodes": len(nodes),
         "device_models": len({p.model for p in pools}),
         "accelerators": accelerators,
         "tasks": args.tasks,
-        "cycles": len(cycle_ms),
-        "placed_tasks": placed_tasks,
-        "placed_workers": placed_workers,
-        "still_queued": len(queue),
+        "distinct_shapes": shapes,
+        "running_share_at_start": round(running_share, 3),
+        "running_at_start": running_at_start,
+        "quotas": len(estate.quotas),
+        "queues": len(estate.queues) or 1,
+        **summary(cycle_ms, placed, evicted),
+        "still_queued": len(estate.queue),
         "accelerators_in_use": used,
-        "core_seconds": round(core_s, 3),
-        "placements_per_s": round(placed_tasks / core_s, 1) if core_s else None,
-        "worker_placements_per_s": round(placed_workers / core_s, 1) if core_s else None,
-        "p50_cycle_ms": round(float(np.percentile(cycle_ms, 50)), 1),
-        "p99_cycle_ms": round(float(np.percentile(cycle_ms, 99)), 1),
-        "peak_rss_mib": round(peak_rss_mib(), 1),
+        "steady": steady(estate, now, args, rng, make) if args.steady_cycles else None,
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "python": platform.python_version(),
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    out = args.out or Path(__file__).parent / "results" / f"scheduler_throughput{'_flat' if args.flat else ''}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2) if args.output == "json" else "\n".join(f"{k}: {v}" for k, v in report.items()))
+    return report
 
 
 if __name__ == "__main__":

@@ -83,8 +83,8 @@ sudo_setup() {
   if ! command -v sudo >/dev/null || ! command -v visudo >/dev/null; then
     say "installing Debian's sudo package"
     # A fresh machine may have no package lists yet: update once if the first try fails.
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends sudo >&2 \
-      || { apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends sudo >&2; }
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends sudo >&2 \
+      || { apt-get -o DPkg::Lock::Timeout=300 update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends sudo >&2; }
   fi
   local u
   for u in ${users//,/ }; do

@@ -13,6 +13,8 @@ lifecycle (scheduling, running the command, logs) is EMULATION; see its docstrin
 
 from __future__ import annotations
 
+import time
+
 import copy
 import re
 from collections.abc import Iterator
@@ -461,7 +463,12 @@ def test_inference_runs_as_a_deployment_with_a_service(api: FakeJobsAPI, tmp_pat
     )
     handle = backend.submit(req)
     assert api.get("deployments.apps", handle.job_id) and api.get("services", handle.job_id)["spec"]["ports"][0]["port"] == 8000
-    assert until(backend, handle, JobPhase.RUNNING).message.startswith("serving: 2/2")
+    until(backend, handle, JobPhase.RUNNING)
+    # Running pods count as available once ready: on a busy machine that is a moment later.
+    deadline = time.monotonic() + 10.0
+    while not (message := backend.poll([handle])[handle.job_id].message).startswith("serving: 2/2") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert message.startswith("serving: 2/2"), message
     assert sorted(p["spec"]["nodeName"] for p in api.items("pods")) == ["node-a", "node-b"]  # spread over the placed nodes
     assert backend.find("t-abc", 1) == handle and backend.logs(handle, rank=1).text == "serving\n"
     backend.cancel(handle)

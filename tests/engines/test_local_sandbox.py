@@ -255,7 +255,9 @@ def test_a_lease_nobody_will_release_is_taken_back_when_the_range_is_full() -> N
         backend = LocalBackend(Path(f"/var/tmp/hp-lease-{os.getpid()}"), {"run_as_uid_range": "60993-60993"})
         phase, out = run(backend, "after", "id -u")
         assert phase is JobPhase.SUCCEEDED and out.strip() == "60993"
-        assert not stale.exists()
+        # Taken back: the uid went to the new job, whose own lease goes with its teardown
+        # (a moment after the job ends, on a busy machine).
+        assert not stale.exists() or "hetpool-gone-1" not in stale.read_text()
     finally:
         stale.unlink(missing_ok=True)
         subprocess.run(["rm", "-rf", f"/var/tmp/hp-lease-{os.getpid()}"], check=True)
