@@ -125,10 +125,17 @@ def flat_workload(n_tasks: int, rng: random.Random, start: int = 0) -> list[Queu
 
 
 PRIORITIES = ["low", "normal", "normal", "normal", "high"]
-CPUS = [2, 4, 6, 8, 12, 16, 24, 32]
-MEMORIES = [16, 24, 32, 48, 64, 96, 128, 192]
-TORCH = [">=2.1", ">=2.3", ">=2.4", "==2.4.1", ">=2.2"]
+# Requests come from templates and pipelines, so they repeat: a handful of CPU / memory
+# sizes and framework ranges, combined with the device choices below.
+CPUS = [4, 8, 16, 32]
+TORCH = [">=2.1", ">=2.3", "==2.4.1"]
 TOPOLOGY = ["node", "network_group", "zone"]
+
+
+def _sized(rng: random.Random, cpus: list[int]) -> dict:
+    """CPU and memory per worker as a template sizes them: memory follows the CPU count."""
+    cpu = rng.choice(cpus)
+    return {"cpu": cpu, "memory_gb": cpu * rng.choice([4, 8])}
 
 
 def _training(rng: random.Random) -> dict:
@@ -137,7 +144,7 @@ def _training(rng: random.Random) -> dict:
         "type": "training",
         "framework": {"name": "pytorch", "version": rng.choice(TORCH)},
         "workers": workers,
-        "per_worker": {"devices": {"class": "gpu", "count": rng.choice([1, 2, 4, 8])}, "cpu": rng.choice(CPUS), "memory_gb": rng.choice(MEMORIES)},
+        "per_worker": {"devices": {"class": "gpu", "count": rng.choice([1, 2, 4, 8])}, **_sized(rng, CPUS)},
         "fallback": rng.choice(GPU_FALLBACKS),
         "runtime_estimate": f"{rng.randint(1, 12)}h",
     }
@@ -151,7 +158,7 @@ def _inference(rng: random.Random) -> dict:
         "type": "inference",
         "framework": {"name": "pytorch", "version": rng.choice(TORCH)},
         "workers": rng.choice([1, 2, 3]),
-        "per_worker": {"devices": {"class": "gpu", "count": 1, "min_memory_gb": rng.choice([0, 24, 40])}, "cpu": rng.choice(CPUS[:5]), "memory_gb": rng.choice(MEMORIES[:5])},
+        "per_worker": {"devices": {"class": "gpu", "count": 1, "min_memory_gb": rng.choice([0, 24, 40])}, **_sized(rng, CPUS[:3])},
         "any_of": INFERENCE_MODELS,
         "runtime_estimate": f"{rng.randint(2, 48)}h",
     }
@@ -168,7 +175,7 @@ def _fractional(rng: random.Random) -> dict:
     return {
         "type": "inference",
         "framework": {"name": "pytorch", "version": rng.choice(TORCH)},
-        "per_worker": {"devices": devices, "cpu": rng.choice(CPUS[:4]), "memory_gb": rng.choice(MEMORIES[:4])},
+        "per_worker": {"devices": devices, **_sized(rng, CPUS[:2])},
         "runtime_estimate": f"{rng.randint(1, 24)}h",
     }
 
@@ -178,7 +185,7 @@ def _npu(rng: random.Random) -> dict:
         return {
             "type": "batch-inference",
             "framework": {"name": "pytorch", "version": rng.choice([">=2.3", ">=2.1", "==2.4.0"])},
-            "per_worker": {"devices": {"class": "npu", "count": rng.choice([1, 2, 4])}, "cpu": rng.choice(CPUS), "memory_gb": rng.choice(MEMORIES)},
+            "per_worker": {"devices": {"class": "npu", "count": rng.choice([1, 2, 4])}, **_sized(rng, CPUS)},
             "runtime_estimate": f"{rng.randint(1, 8)}h",
         }
     workers = rng.choice([1, 2, 4])
@@ -186,7 +193,7 @@ def _npu(rng: random.Random) -> dict:
         "type": "training",
         "framework": {"name": "mindspore", "version": rng.choice(["2.3", ">=2.3", "2.3.1"])},
         "workers": workers,
-        "per_worker": {"devices": {"class": "npu", "count": 8}, "cpu": rng.choice(CPUS[3:]), "memory_gb": rng.choice(MEMORIES[3:])},
+        "per_worker": {"devices": {"class": "npu", "count": 8}, **_sized(rng, CPUS[2:])},
         "runtime_estimate": f"{rng.randint(2, 24)}h",
     }
     if workers > 1 and rng.random() < 0.5:
@@ -208,7 +215,7 @@ def honest_workload(n_tasks: int, rng: random.Random, start: int = 0, t0: dateti
         elif r < 0.90:
             doc = _npu(rng)
         else:
-            doc = {"type": "preprocessing", "per_worker": {"cpu": rng.choice(CPUS), "memory_gb": rng.choice(MEMORIES)}, "runtime_estimate": "30m"}
+            doc = {"type": "preprocessing", "per_worker": {**_sized(rng, CPUS)}, "runtime_estimate": "30m"}
         doc.update(name=f"t{i}", tenant=tenant_of(i), priority=rng.choice(PRIORITIES))
         tasks.append(QueuedTask(f"t{i}", TaskSpec.model_validate(doc), t0 + timedelta(milliseconds=i)))
     return tasks

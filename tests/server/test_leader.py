@@ -14,14 +14,16 @@ import pytest
 from alembic.script import ScriptDirectory
 from fastapi.testclient import TestClient
 
+from hetpool.core.clock import Clock
 from hetpool.engines.local import LocalBackend
 from hetpool.server.app import create_app
 from hetpool.server.db.session import Database, alembic_config
-from hetpool.server.leader import WORKERS, LeaderElector, LeadershipLost, fenced, leases
+from hetpool.server.leader import WORKERS, LeaderElector, LeadershipLost, current_fence, fenced, leases
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.settings import Settings
 from hetpool.server.workers.dispatcher import dispatch_once
-from hetpool.server.workers.loop import WorkerLoop, run_pass
+from hetpool.server.workers import loop as loop_module
+from hetpool.server.workers.loop import WorkerLoop, WorkerPipelines, run_pass
 from hetpool.server.workers.scheduler import schedule_once
 from tests.server.helpers import example_task, task_state
 
@@ -183,3 +185,36 @@ def test_readyz_is_503_with_the_reason(tmp_path: Path, db_kind: str) -> None:
             assert response.json()["ready"] is False and reason in response.json()["reason"]
             assert client.get("/healthz").status_code == 200  # still alive: liveness is not readiness
         db.dispose()
+
+
+@pytest.mark.parametrize("loop_kind", ["pipelines", "loop"])
+def test_a_pass_longer_than_the_lease_keeps_it(ctx: ServiceContext, replica: ServiceContext, monkeypatch, loop_kind: str) -> None:
+    """The lease is renewed on its own thread (workers/loop.LeaseHolder): a scheduling pass
+    that takes three leases long neither lets a standby take over nor loses its fence."""
+    settings = ctx.settings.model_copy(update={"leader_lease_s": 1.0, "leader_renew_s": 0.2})
+    live = ServiceContext(settings=settings, db=ctx.db, clock=Clock(), backends=ctx.backends)
+    standby = LeaderElector(ServiceContext(settings=settings, db=replica.db, clock=Clock(), backends=replica.backends), WORKERS)
+    tokens, stolen = [], []
+
+    def slow_step(step_ctx: ServiceContext) -> None:
+        if tokens:
+            return  # one slow pass is the test; later passes are quick
+        tokens.append(current_fence().token)
+        deadline = time.monotonic() + 3 * settings.leader_lease_s
+        while time.monotonic() < deadline:
+            stolen.append(standby.try_acquire())
+            time.sleep(0.1)
+        tokens.append(current_fence().token)
+
+    if loop_kind == "pipelines":
+        monkeypatch.setitem(loop_module.PIPELINE_STEPS, "schedule", (slow_step,))
+        loop = WorkerPipelines(live)
+    else:
+        loop = WorkerLoop(live, 0.05, steps=(slow_step,), group=WORKERS)
+    loop.start()
+    try:
+        wait_until(lambda: len(tokens) >= 2, timeout_s=20)
+        assert loop.is_leader()
+    finally:
+        loop.stop()
+    assert tokens[:2] == [1, 1] and stolen and not any(stolen)  # never expired under the slow pass

@@ -43,6 +43,12 @@ class SchedulingPolicySpec(ObjectSpec):
     aging_per_hour: bounded(0, le=100) = Field(default=0.5, description="priority-rank points gained per hour of waiting (no starvation)")
     wait_for_preferred: bool = Field(default=True, description="wait for busy preferred devices when that finishes earlier than a substitute")
     estimate_horizon: int = Field(default=200, ge=0, le=10000, description="pending tasks that get a start-time estimate each cycle")
+    max_preemption_tries: int = Field(
+        default=32,
+        ge=0,
+        le=10000,
+        description="waiting heads per cycle that may plan a preemption (each costs placements); the rest try in later cycles",
+    )
     max_preemptions: int = Field(
         default=3, ge=0, le=1000, description="a task preempted this often is not evicted again (no starvation by preemption)"
     )

@@ -64,6 +64,8 @@ class QuotaBook:
         self.used: dict[tuple[str, str], float] = {}
         self.charged: dict[str, _Charged] = {}
         self._cohorts: dict[str, list[QuotaSpec]] = {}
+        self._applicable: dict[tuple[str, str, str], list[QuotaSpec]] = {}
+        self._fastest_of: dict[str, float] = {}
         for q in self.quotas.values():
             key = self._cohort_key(q)
             self._cohorts.setdefault(key, []).append(q)
@@ -77,7 +79,42 @@ class QuotaBook:
         return f"{tenant_parent(q.tenant)}|{q.env}|{q.task_type}"
 
     def applicable(self, tenant: str, env: str, task_type: str) -> list[QuotaSpec]:
-        return [q for q in self.quotas.values() if q.applies_to(tenant, env, task_type)]
+        # Asked for every check and charge; the quotas never change within a book.
+        key = (tenant, env, task_type)
+        if key not in self._applicable:
+            self._applicable[key] = [q for q in self.quotas.values() if q.applies_to(tenant, env, task_type)]
+        return self._applicable[key]
+
+    def never_exceeds(self, spec: TaskSpec) -> bool:
+        """True when no placement of `spec` could charge past any ceiling (nominal + the
+        most it may borrow) — a bound from the request alone, so `ceiling` need not be
+        asked placement by placement. False says nothing (ask `ceiling`)."""
+        pw, workers = spec.per_worker, spec.workers
+        devices = workers * max(pw.devices.count, 1.0) if pw.devices is not None else 0.0
+        task_type = spec.task_type.value
+        for q in self.applicable(spec.tenant, spec.env.value, task_type):
+            for limit in q.limits:
+                resource = limit.resource
+                if resource == CPU_CORES:
+                    most = workers * pw.cpu
+                elif resource == MEMORY_GB:
+                    most = workers * pw.memory_gb
+                elif resource == NORMALISED:
+                    most = devices * self._fastest(task_type)
+                else:
+                    most = devices
+                if most > EPS and most > self._ceiling_of(q, limit) + EPS:
+                    return False
+        return True
+
+    def _fastest(self, task_type: str) -> float:
+        if task_type not in self._fastest_of:
+            self._fastest_of[task_type] = max((m.perf_for(task_type) for m in self.models.values() if m.device_class.value != "cpu"), default=0.0)
+        return self._fastest_of[task_type]
+
+    def _ceiling_of(self, quota: QuotaSpec, limit: QuotaLimit) -> float:
+        lendable = self._max_lendable(quota, limit.resource)
+        return limit.nominal + (lendable if limit.borrowing_limit is None else min(limit.borrowing_limit, lendable))
 
     def amount(self, limit: QuotaLimit, task_type: str, held: Iterable[Held]) -> float:
         total = 0.0

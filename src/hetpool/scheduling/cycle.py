@@ -34,7 +34,7 @@ import numpy as np
 
 from hetpool.core.inventory import DeviceModelSpec
 from hetpool.core.policy import QueueSpec, SchedulingPolicySpec
-from hetpool.core.tasks import Priority, TaskSpec
+from hetpool.core.tasks import TaskSpec
 from hetpool.scheduling.assign import Assignment, assign
 from hetpool.scheduling.backfill import PreferredWait, Reservation, may_use_reserved, prefer_waiting, preferred_only, reserve
 from hetpool.scheduling.cycle_preempt import fits_after_release, plan_preemption
@@ -222,8 +222,10 @@ def open_cycle(cx: CycleInputs, queue: list[QueuedTask], queues: list[QueueSpec]
         order=order,
         tenant_matters=any(p.spec.reserved_for is not None for p in snapshot.pools),
         releasing=[r for r in running if r.being_preempted],
-        lowest_preemptible=min((r.priority_rank for r in running if r.preemptible), default=Priority.CRITICAL.rank + 1),
     )
+    for r in running:
+        if r.preemptible:
+            st.preemptible_ranks[r.priority_rank] = st.preemptible_ranks.get(r.priority_rank, 0) + 1
     for r in running:
         index_by_pool(st.by_pool, r)
     return st
@@ -310,6 +312,8 @@ def _quota_ceiling(cx: CycleInputs, st: CycleState, cand: Candidate) -> QuotaCei
     if not cx.quota or cand.item.quota_exempt:
         return None
     spec = cand.spec
+    if cx.quota.never_exceeds(spec):  # the common case, without a placement per candidate group
+        return None
     key = (cand.shape, spec.tenant, spec.env, spec.task_type)
     if key not in st.ceilings:
         st.ceilings[key] = never_within_quota(cx.quota, st.idle(cx.snapshot), spec, cx.compat_check, **cand.kwargs)

@@ -48,14 +48,15 @@ def plan_preemption(cx: CycleInputs, st: CycleState, cand: Candidate, fits_idle:
     # A lender within its nominal quota takes back what its cohort's borrowers hold,
     # whatever their priority (reclaim within cohort).
     reclaim = (lambda r, spec=spec: quota.reclaimable_by(spec, r.id)) if quota and not item.quota_exempt else None
-    reclaimable = reclaim is not None and any(r.preemptible and r.id not in st.evicting and reclaim(r) for r in cx.running)
-    if not (
-        fits_idle
-        and cand.rule.preemption
-        and (reclaimable or rank > st.lowest_preemptible)
-        and (reclaimable or any(r.priority_rank < rank and r.preemptible and r.id not in st.evicting for r in cx.running))
-    ):
+    reclaimable = reclaim is not None and bool(_reclaimable_ids(cx, st, spec) - st.evicting)
+    if not (fits_idle and cand.rule.preemption and (reclaimable or st.preemptible_below(rank))):
         return NO_PREEMPTION
+    if st.preemption_tries >= cx.policy.max_preemption_tries:
+        # Planning costs a placement per candidate victim: past this many heads in one
+        # cycle the rest wait for the next (the heads tried first are the most deserving).
+        st.preemption_deferred += 1
+        return NO_PREEMPTION
+    st.preemption_tries += 1
     reclaim = reclaim if reclaimable else None
     plan = _victims(cx, st, cand, reclaim, only_own_or_borrowing=False)
     if plan is None or not plan.victims:
@@ -68,8 +69,17 @@ def plan_preemption(cx: CycleInputs, st: CycleState, cand: Candidate, fits_idle:
         if retry is None or not retry.victims or quota_blocks_plan(quota, spec, retry):
             return PreemptionOutcome([], quota_block=quota_block)
         plan = retry
-    st.evicting.update(v.id for v in plan.victims)
+    st.evict(plan.victims)
     return PreemptionOutcome([v.id for v in plan.victims], plan.reason)
+
+
+def _reclaimable_ids(cx: CycleInputs, st: CycleState, spec) -> frozenset[str]:
+    """Running work `spec`'s tenant may reclaim as a lender (once per tenant, environment
+    and type in a cycle: the answer depends on nothing else of the task)."""
+    key = (spec.tenant, spec.env, spec.task_type)
+    if key not in st.reclaimable:
+        st.reclaimable[key] = frozenset(r.id for r in cx.running if r.preemptible and cx.quota.reclaimable_by(spec, r.id))
+    return st.reclaimable[key]
 
 
 def _victims(cx: CycleInputs, st: CycleState, cand: Candidate, reclaim, *, only_own_or_borrowing: bool) -> PreemptionPlan | None:

@@ -58,13 +58,17 @@ class CycleState:
     order: QueueOrder
     tenant_matters: bool  # pools reserved for tenants: the tenant is part of a task's shape
     releasing: list[RunningTask]  # preempted earlier, still giving their devices back
-    lowest_preemptible: int  # cheap guard before scanning running work for victims on every waiting task
     failed_shapes: dict[str, Decision] = field(default_factory=dict)
     idle_results: dict[str, Assignment] = field(default_factory=dict)  # per shape: its placement on the idle estate
     ceilings: dict[tuple, object] = field(default_factory=dict)  # per shape and tenant: the quota it could never be admitted under
     reservations: dict[str, Reservation] = field(default_factory=dict)  # per queue: its blocked head's reservation
     reserved_masks: dict[str, np.ndarray] = field(default_factory=dict)  # per reserving task: its nodes
     evicting: set[str] = field(default_factory=set)
+    # Preemptible running work per priority rank, less what this cycle evicts (see preemptible_below).
+    preemptible_ranks: dict[int, int] = field(default_factory=dict)
+    reclaimable: dict[tuple, frozenset[str]] = field(default_factory=dict)  # per (tenant, env, type): see cycle_preempt
+    preemption_tries: int = 0  # heads that planned a preemption this cycle (policy.max_preemption_tries)
+    preemption_deferred: int = 0  # heads that would have, past that bound
     decisions: list[Decision] = field(default_factory=list)
     waiting: list[QueuedTask] = field(default_factory=list)
     # Work admitted earlier in this cycle, as running work with its expected end, so that
@@ -90,6 +94,17 @@ class CycleState:
         if self.recovered_snapshot is None:
             self.recovered_snapshot = snapshot.recovered()
         return self.recovered_snapshot
+
+    def preemptible_below(self, rank: int) -> bool:
+        """Is some preemptible running task of a lower priority not being evicted yet?"""
+        return any(count > 0 and r < rank for r, count in self.preemptible_ranks.items())
+
+    def evict(self, victims: list[RunningTask]) -> None:
+        for victim in victims:
+            if victim.id not in self.evicting:
+                self.evicting.add(victim.id)
+                if victim.preemptible:
+                    self.preemptible_ranks[victim.priority_rank] -= 1
 
     def wait(self, item: QueuedTask, decision: Decision) -> None:
         self.decisions.append(decision)

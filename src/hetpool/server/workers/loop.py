@@ -83,6 +83,28 @@ def run_pass(ctx: ServiceContext, steps=WORKER_STEPS, still_leader=None, pipelin
     return True
 
 
+class LeaseHolder:
+    """Renews (or tries to take) a lease on its own thread, so that a pass of any length
+    never outlives it: a leader that renewed only between passes would lose its lease
+    in the middle of a pass longer than the lease (a big cycle, a slow engine)."""
+
+    def __init__(self, ctx: ServiceContext, elector: LeaderElector, stop: threading.Event, on_won=None) -> None:
+        self.ctx, self.elector, self._stop, self._on_won = ctx, elector, stop, on_won
+        self.thread = threading.Thread(target=self._run, name=f"hetpool-lease-{elector.group}", daemon=True)
+
+    def _run(self) -> None:
+        # ensure() renews (or tries to take) the lease once per leader_renew_s; waking more
+        # often only notices a lost lease sooner.
+        poll = min(1.0, max(0.05, self.ctx.settings.leader_renew_s / 4))
+        leading = False
+        while not self._stop.is_set():
+            now_leading = self.elector.ensure()
+            if now_leading and not leading and self._on_won is not None:
+                self._on_won()
+            leading = now_leading
+            self._stop.wait(poll)
+
+
 class WorkerLoop:
     def __init__(self, ctx: ServiceContext, interval_s: float, steps=WORKER_STEPS, name: str = "hetpool-workers", group: str | None = None) -> None:
         self.ctx = ctx
@@ -91,13 +113,19 @@ class WorkerLoop:
         self.elector = LeaderElector(ctx, group) if group else None  # None: no election (one process by construction)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._lease = LeaseHolder(ctx, self.elector, self._stop) if self.elector else None
 
     def start(self) -> None:
+        if self._lease is not None:
+            self._lease.thread.start()
         self._thread.start()
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
         self._thread.join(timeout)
+        if self._lease is not None:
+            self._lease.thread.join(timeout)
+            self.elector.release()  # a clean stop hands over at once instead of after the lease
 
     def is_leader(self) -> bool:
         return self.elector is None or self.elector.is_leader()
@@ -106,20 +134,19 @@ class WorkerLoop:
         return not self._stop.is_set() and self.is_leader()
 
     def _run(self) -> None:
-        try:
-            while not self._stop.is_set():
-                started = time.monotonic()
-                if self.elector is None:
-                    run_pass(self.ctx, self.steps)
-                elif self.elector.ensure():
-                    with fenced(self.elector.fence), audit.linked_at_commit():
-                        completed = run_pass(self.ctx, self.steps, still_leader=self._still_leader)
-                    if not completed and not self._stop.is_set():
-                        self.elector.lost()
-                self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
-        finally:
-            if self.elector is not None:
-                self.elector.release()  # a clean stop hands over at once instead of after the lease
+        while not self._stop.is_set():
+            started = time.monotonic()
+            if self.elector is None:
+                run_pass(self.ctx, self.steps)
+            elif (fence := self.elector.fence) is None:
+                self._stop.wait(min(self.interval_s, 0.1))  # a standby: start as soon as the lease is won
+                continue
+            else:
+                with fenced(fence), audit.linked_at_commit():
+                    completed = run_pass(self.ctx, self.steps, still_leader=self._still_leader)
+                if not completed and not self._stop.is_set():
+                    self.elector.lost()
+            self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
 
 
 class WorkerPipelines:
@@ -132,7 +159,9 @@ class WorkerPipelines:
         self.lanes = DispatchLanes(ctx, on_leadership_lost=self.elector.lost)
         self._stop = threading.Event()
         steps = dict(PIPELINE_STEPS, dispatch=(self.lanes.dispatch_round,))
-        self._threads = [threading.Thread(target=self._hold_lease, name="hetpool-lease", daemon=True)] + [
+        # A new leader starts every pipeline now, not after its interval.
+        lease = LeaseHolder(ctx, self.elector, self._stop, on_won=lambda: wakeups(ctx).wake_all())
+        self._threads = [lease.thread] + [
             threading.Thread(target=self._run, args=(name, tuple(pipeline)), name=f"hetpool-{name}", daemon=True) for name, pipeline in steps.items()
         ]
 
@@ -157,18 +186,6 @@ class WorkerPipelines:
 
     def _still_leader(self) -> bool:
         return not self._stop.is_set() and self.elector.is_leader()
-
-    def _hold_lease(self) -> None:
-        # ensure() renews (or tries to take) the lease once per leader_renew_s; waking more
-        # often only notices a lost lease sooner.
-        poll = min(1.0, max(0.05, self.ctx.settings.leader_renew_s / 4))
-        leading = False
-        while not self._stop.is_set():
-            now_leading = self.elector.ensure()
-            if now_leading and not leading:
-                wakeups(self.ctx).wake_all()  # a new leader starts every pipeline now, not after its interval
-            leading = now_leading
-            self._stop.wait(poll)
 
     def _run(self, name: str, steps: tuple) -> None:
         interval = self.ctx.settings.interval_of(name)
