@@ -101,7 +101,8 @@ class Estate:
         seconds = [runtime_on(spec, self.models.get(p.model)) or DEFAULT_RUNTIME_S for p in decision.assignment.placements]
         started = started_at or now
         end = started + timedelta(seconds=max(seconds))
-        self.running[item.id] = RunningTask(item.id, spec.tenant, spec.priority.rank, spec.task_type, tuple(allocations), started, end, spec.preemptible)
+        rank, allocated = spec.priority.rank, tuple(allocations)
+        self.running[item.id] = RunningTask(item.id, spec.tenant, rank, spec.task_type, allocated, started, end, spec.preemptible)
         self.ends[item.id] = end
         self.specs[item.id] = item
 
@@ -161,14 +162,16 @@ def progress(line: str) -> None:
 
 
 def drain(estate: Estate, now: datetime, max_cycles: int) -> tuple[list[float], int, int]:
-    cycle_ms, placed, evicted = [], 0, 0
+    cycle_ms, placed, evicted, idle = [], 0, 0, 0
     for _ in range(max_cycles):
         result, out = estate.cycle(now)
         cycle_ms.append(result.duration_s * 1000)
         evicted += out
         placed += len(result.admitted)
         progress(f"drain cycle {len(cycle_ms)}: {cycle_ms[-1]:.0f} ms, {len(result.admitted)} admitted, {out} evicted, {len(estate.queue)} queued")
-        if not result.admitted and not out:
+        idle = idle + 1 if not result.admitted and not out else 0
+        # Stop once a whole rotation of the queue (cycle.heads) admitted and evicted nothing.
+        if idle and (not result.carried or idle > 2 * len(estate.queue) / max(1, estate.policy.max_heads_per_cycle) + 1):
             break
         if not estate.queue:
             break
@@ -190,7 +193,8 @@ def steady(estate: Estate, now: datetime, args, rng: random.Random, make) -> dic
         cycle_ms.append(result.duration_s * 1000)
         placed += len(result.admitted)
         evicted += out
-    return {**summary(cycle_ms, placed, evicted), "finished": finished, "arrived": args.arrivals * args.steady_cycles, "queued_at_end": len(estate.queue)}
+    arrived = args.arrivals * args.steady_cycles
+    return {**summary(cycle_ms, placed, evicted), "finished": finished, "arrived": arrived, "queued_at_end": len(estate.queue)}
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -13,10 +13,9 @@ lifecycle (scheduling, running the command, logs) is EMULATION; see its docstrin
 
 from __future__ import annotations
 
-import time
-
 import copy
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 

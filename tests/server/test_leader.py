@@ -21,8 +21,8 @@ from hetpool.server.db.session import Database, alembic_config
 from hetpool.server.leader import WORKERS, LeaderElector, LeadershipLost, current_fence, fenced, leases
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.settings import Settings
-from hetpool.server.workers.dispatcher import dispatch_once
 from hetpool.server.workers import loop as loop_module
+from hetpool.server.workers.dispatcher import dispatch_once
 from hetpool.server.workers.loop import WorkerLoop, WorkerPipelines, run_pass
 from hetpool.server.workers.scheduler import schedule_once
 from tests.server.helpers import example_task, task_state

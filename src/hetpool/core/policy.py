@@ -43,6 +43,12 @@ class SchedulingPolicySpec(ObjectSpec):
     aging_per_hour: bounded(0, le=100) = Field(default=0.5, description="priority-rank points gained per hour of waiting (no starvation)")
     wait_for_preferred: bool = Field(default=True, description="wait for busy preferred devices when that finishes earlier than a substitute")
     estimate_horizon: int = Field(default=200, ge=0, le=10000, description="pending tasks that get a start-time estimate each cycle")
+    max_heads_per_cycle: int = Field(
+        default=2000,
+        ge=0,
+        le=1_000_000,
+        description="queued tasks decided per cycle (half from the front, half rotating through the rest); 0: all",
+    )
     max_preemption_tries: int = Field(
         default=32,
         ge=0,

@@ -100,6 +100,7 @@ class CycleResult:
     decisions: list[Decision]
     duration_s: float
     reservations: list[Reservation] = field(default_factory=list)
+    carried: int = 0  # queued tasks not decided this cycle (policy.max_heads_per_cycle): they keep their last explanation
 
     @property
     def admitted(self) -> list[Decision]:
@@ -173,12 +174,13 @@ def _run_cycle(
     # Running work past its expected end is revised once, here: every phase reads the same ends.
     cx = CycleInputs(snapshot, compat_check, now, policy, models, revise_overruns(list(running), now), quota, blame)
     st = open_cycle(cx, queue, list(queues), tenant_weights or {})
-    for q, item in heads(st, blame):
+    for q, item in heads(st, blame, policy.max_heads_per_cycle, snapshot.scan_cursor):
         blame.task_id = item.id
         decide(cx, st, q, item)
     blame.task_id = None
     requeue(cx, st, estimate)
-    return CycleResult(decisions=st.decisions, duration_s=time.perf_counter() - started, reservations=list(st.reservations.values()))
+    reservations, carried = list(st.reservations.values()), st.carried + st.order.left()
+    return CycleResult(decisions=st.decisions, duration_s=time.perf_counter() - started, reservations=reservations, carried=carried)
 
 
 def decide(cx: CycleInputs, st: CycleState, q: QueueSpec, item: QueuedTask) -> None:
@@ -231,13 +233,32 @@ def open_cycle(cx: CycleInputs, queue: list[QueuedTask], queues: list[QueueSpec]
     return st
 
 
-def heads(st: CycleState, blame: Blame):
-    """Heads in queue order, then the borrowers deferred behind them."""
-    while True:
+def heads(st: CycleState, blame: Blame, budget: int = 0, cursor: list | None = None):
+    """Heads in queue order, then the borrowers deferred behind them.
+
+    With a `budget` (policy.max_heads_per_cycle; 0: none), a cycle decides at most that
+    many heads: the first half in queue order — the most deserving, every cycle — and the
+    second half from where the previous cycle's scan stopped (`cursor`, as Slurm's
+    bf_continue), so that every task deeper in the queue gets its turn within a few cycles
+    however stuck the front is. Heads passed over carry to the next cycle without a new
+    decision (they keep the explanation they had)."""
+    front = budget - budget // 2
+    resume_at = cursor[0] if cursor else 0
+    position = decided = 0
+    while not budget or decided < budget:
         blame.task_id = None  # choosing the next head is no one task's evaluation
         if (popped := st.order.pop()) is None:
+            position = 0  # the whole queue was seen: the next scan starts over
             break
+        position += 1
+        if budget and decided >= front and position <= resume_at:
+            st.carried += 1
+            continue
+        decided += 1
         yield popped
+    if budget and cursor is not None:
+        # Where the next scan resumes: admitted tasks leave the queue, moving every later one up.
+        cursor[0] = max(0, position - sum(d.admit for d in st.decisions)) if position else 0
     st.deferring_done = True
     yield from st.borrowers
 
@@ -467,7 +488,7 @@ def reserve_or_block(cx: CycleInputs, st: CycleState, cand: Candidate, decision:
 def requeue(cx: CycleInputs, st: CycleState, estimate: bool) -> None:
     """The tasks behind blocked FIFO heads wait with that reason; then every waiting task
     gets its position and estimated start (see forecast.attach_estimates)."""
-    for q, item in st.order.remaining():
+    for q, item in st.order.remaining(blocked_only=True):
         info = Explanation(Reason.BEHIND_FIFO_HEAD, True, facts={"queue": q.name})
         st.wait(item, Decision(item.id, False, NO_PLACEMENT, info, q.name))
     horizon = cx.policy.estimate_horizon

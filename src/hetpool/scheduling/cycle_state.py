@@ -69,6 +69,7 @@ class CycleState:
     reclaimable: dict[tuple, frozenset[str]] = field(default_factory=dict)  # per (tenant, env, type): see cycle_preempt
     preemption_tries: int = 0  # heads that planned a preemption this cycle (policy.max_preemption_tries)
     preemption_deferred: int = 0  # heads that would have, past that bound
+    carried: int = 0  # heads passed over by the rotating scan (cycle.heads)
     decisions: list[Decision] = field(default_factory=list)
     waiting: list[QueuedTask] = field(default_factory=list)
     # Work admitted earlier in this cycle, as running work with its expected end, so that

@@ -180,9 +180,16 @@ class QueueOrder:
         self._push(name, level, tenant)
         return self.queues[name], entry.item
 
-    def remaining(self):
+    def left(self) -> int:
+        """Items not handed out (in no blocked queue)."""
+        open_lines = (levels for name, levels in self.lines.items() if name not in self.blocked)
+        return sum(len(line) for levels in open_lines for tenants in levels.values() for line in tenants.values())
+
+    def remaining(self, blocked_only: bool = False):
         """Items not handed out (a blocked FIFO queue's tail), in queue order."""
         for name, levels in self.lines.items():
+            if blocked_only and name not in self.blocked:
+                continue
             for rank in sorted(levels, reverse=True):
                 for line in levels[rank].values():
                     for entry in line:

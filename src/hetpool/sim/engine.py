@@ -240,6 +240,8 @@ class _Run:
         )
         self.cycles += 1
         self.core_s += result.duration_s
+        if result.carried:
+            self.dirty = True  # tasks the cycle did not reach (policy.max_heads_per_cycle): the next cycle goes on at once
         for decision in result.decisions:
             for victim in decision.victims:  # evict now; the victim starts over later
                 if victim in self.running:

@@ -1,0 +1,51 @@
+"""A bounded cycle (policy.max_heads_per_cycle): at most that many heads are decided per
+cycle — half from the front of the queue, half rotating through the rest — and the tasks
+passed over carry to the next cycle, so the tail gets its turn however stuck the front is."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from hetpool.core.policy import SchedulingPolicySpec
+from hetpool.scheduling.cycle import QueuedTask, run_cycle
+from tests.scheduling.factories import CUDA_STACK, compat_check, make_snapshot, node, pool, task
+
+CHECK = compat_check()
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _estate():
+    nodes = [node(f"g{i}", "nvidia-h100", 8, stack=CUDA_STACK) for i in range(2)]
+    return make_snapshot(nodes, [pool("h100", "nvidia-h100", ["g0", "g1"])], [])
+
+
+def _queue() -> list[QueuedTask]:
+    # The front: ten gangs that can never fit (3 × 8 devices on two nodes), high priority.
+    stuck = [QueuedTask(f"big{i}", task(f"big{i}", priority="high", workers=3, devices={"class": "gpu", "count": 8}), T0) for i in range(10)]
+    # The tail: ten one-device tasks that fit at once.
+    small = [QueuedTask(f"small{i}", task(f"small{i}", devices={"class": "gpu", "count": 1}), T0 + timedelta(minutes=i)) for i in range(10)]
+    return stuck + small
+
+
+def test_a_bounded_cycle_decides_at_most_its_budget_and_the_rotation_reaches_the_tail() -> None:
+    snap, queue = _estate(), _queue()
+    policy = SchedulingPolicySpec(max_heads_per_cycle=4)
+    admitted: list[str] = []
+    for _ in range(9):  # 8 stuck heads behind the front, then 10 small ones, 2 per cycle
+        result = run_cycle(snap, [q for q in queue if q.id not in admitted], CHECK, T0, policy=policy, estimate=False)
+        decided = {d.task_id for d in result.decisions}
+        assert len(decided) <= 4
+        assert result.carried == len(queue) - len(admitted) - len(decided)
+        # The two most deserving heads are decided every cycle, however stuck.
+        assert {"big0", "big1"} <= decided
+        for d in result.admitted:
+            admitted.append(d.task_id)
+            for p in d.assignment.placements:
+                snap.take(snap.row_of(p.node, p.pool), p.device_indices, p.device_fraction, p.cpu, p.memory_gb)
+    assert sorted(admitted) == sorted(f"small{i}" for i in range(10))  # every tail task got its turn
+
+
+def test_an_unbounded_cycle_decides_every_task() -> None:
+    result = run_cycle(_estate(), _queue(), CHECK, T0, policy=SchedulingPolicySpec(max_heads_per_cycle=0), estimate=False)
+    assert len(result.decisions) == 20 and result.carried == 0
+    assert sum(d.admit for d in result.decisions) == 10
