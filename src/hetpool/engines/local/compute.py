@@ -14,6 +14,7 @@ reads the logs of jobs that an earlier one started::
     jobs/<job_name>/worker-<rank>/output.log   the command's stdout and stderr
     jobs/<job_name>/worker-<rank>/exit_code    written by the runner when the command has ended
     jobs/<job_name>/worker-<rank>/cancelled    marker: the worker was told to stop
+    jobs/<job_name>/failed                the gang's failure, as first decided (exit code, message)
     jobs/<job_name>/worker-<rank>/uid, workdir, cleaned   the sandbox (client.py)
 
 Leases of dynamic uids are host-wide, in /var/lib/hetpool/uids/<uid> (client.py).
@@ -241,13 +242,22 @@ class LocalBackend(Backend, SupportsGang, SupportsLogStreaming, SupportsFraction
             rank = worker["rank"]
             wdir = job_dir / f"worker-{rank}"
             pid = read_int(wdir / "pid")
+            alive = pid is not None and client.runner_alive(pid, job_dir, rank)
+            exit_code = read_int(wdir / "exit_code")
+            if pid is not None and not alive and exit_code is None:
+                # "The runner died" fails the whole gang, so it must not rest on one look:
+                # look again (the exit code may have just been written, /proc may have been
+                # caught mid-update) before believing it.
+                time.sleep(0.05)
+                alive = client.runner_alive(pid, job_dir, rank)
+                exit_code = read_int(wdir / "exit_code")
             result.append(
                 _Worker(
                     rank=rank,
                     dir=wdir,
                     pid=pid,
-                    alive=pid is not None and client.runner_alive(pid, job_dir, rank),
-                    exit_code=read_int(wdir / "exit_code"),
+                    alive=alive,
+                    exit_code=exit_code,
                     cancelled=(wdir / "cancelled").exists(),
                     never_started=pid is None and time.time() - written > START_GRACE_S,
                 )
@@ -296,12 +306,19 @@ class LocalBackend(Backend, SupportsGang, SupportsLogStreaming, SupportsFraction
             elif w.exit_code is None:
                 failures.append((None, f"worker rank {w.rank}: runner died (pid {w.pid}) before the command ended"))
         running = [w for w in workers if not w.ended]
-        if failures:
-            # A gang cannot go on without a member: stop the others. The job is reported as
-            # failed only once every process is gone, so its devices are really free again.
+        verdict = _read_verdict(self.work_dir / "jobs" / name)
+        if failures or verdict is not None:
+            # A gang cannot go on without a member: stop the others. The verdict is written
+            # first and read back, so the job's outcome is decided once (a later look at the
+            # files never turns it into "cancelled"). It is reported as failed only once
+            # every process is gone, so its devices are really free again.
+            if verdict is None:
+                code = next((c for c, _ in failures if c is not None), None)
+                verdict = (code, "; ".join(m for _, m in failures))
+                create_exclusive(self.work_dir / "jobs" / name / "failed", json.dumps({"exit_code": code, "message": verdict[1]}))
+                verdict = _read_verdict(self.work_dir / "jobs" / name) or verdict
             self._stop([w for w in running if not w.cancelled])
-            code = next((c for c, _ in failures if c is not None), None)
-            message = "; ".join(m for _, m in failures)
+            code, message = verdict
             if running:
                 return JobStatus(JobPhase.RUNNING, message=f"stopping the other workers: {message}")
             return JobStatus(JobPhase.FAILED, exit_code=code, message=message)
@@ -333,6 +350,15 @@ class LocalBackend(Backend, SupportsGang, SupportsLogStreaming, SupportsFraction
                     os.killpg(w.pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass  # ended in between
+
+
+def _read_verdict(job_dir: Path) -> tuple[int | None, str] | None:
+    """The gang's failure as first decided (jobs/<name>/failed), if it has failed."""
+    try:
+        stored = json.loads((job_dir / "failed").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    return stored["exit_code"], stored["message"]
 
 
 def _runner_environment() -> dict[str, str]:
