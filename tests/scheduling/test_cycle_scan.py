@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 from hetpool.core.policy import SchedulingPolicySpec
 from hetpool.scheduling.cycle import QueuedTask, run_cycle
-from tests.scheduling.factories import CUDA_STACK, compat_check, make_snapshot, node, pool, task
+from tests.scheduling.factories import CUDA_STACK, alloc, compat_check, make_snapshot, node, pool, running_task, snapshot_with_running, task
 
 CHECK = compat_check()
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -49,3 +49,43 @@ def test_an_unbounded_cycle_decides_every_task() -> None:
     result = run_cycle(_estate(), _queue(), CHECK, T0, policy=SchedulingPolicySpec(max_heads_per_cycle=0), estimate=False)
     assert len(result.decisions) == 20 and result.carried == 0
     assert sum(d.admit for d in result.decisions) == 10
+
+
+def _evict(snap, running: dict, victim: str) -> None:
+    for a in running.pop(victim).allocations:
+        snap.release(snap.row_of(a.node, a.pool), a.device_indices, a.device_fraction, a.cpu, a.memory_gb)
+
+
+def test_a_preemptor_claims_what_it_freed_before_its_victims_come_back() -> None:
+    """Regression (bench/scheduler_throughput.py): with a bounded scan, the preemptor was
+    passed over in the next cycle while its evicted victim, requeued, was decided and took
+    the devices back — and was evicted again, cycle after cycle."""
+    low = running_task("low", [alloc("g0", "h100", range(8))], priority="low")
+    other = running_task("other", [alloc("g1", "h100", range(8))], preemptible=False)
+    running = {r.id: r for r in (low, other)}
+    snap = snapshot_with_running(_estate_nodes(), [pool("h100", "nvidia-h100", ["g0", "g1"])], running.values())
+    stuck = [QueuedTask(f"big{i}", task(f"big{i}", priority="high", workers=3, devices={"class": "gpu", "count": 8}), T0) for i in range(11)]
+    # 2 heads from the front, 2 rotating: the preemptor is the last of a rotation window,
+    # so the next window starts right behind it — where its requeued victim sits.
+    preemptor = QueuedTask("pre", task("pre", devices={"class": "gpu", "count": 8}), T0 + timedelta(minutes=1))
+    queue = {q.id: q for q in [*stuck, preemptor]}
+    policy = SchedulingPolicySpec(max_heads_per_cycle=4)
+    history = []
+    for _ in range(12):
+        result = run_cycle(snap, list(queue.values()), CHECK, T0, policy=policy, running=list(running.values()), estimate=False)
+        for d in result.decisions:
+            for victim in d.victims:  # evicted at once, back in the queue with its age
+                _evict(snap, running, victim)
+                queue[victim] = QueuedTask(victim, task(victim, priority="low", devices={"class": "gpu", "count": 8}), T0 - timedelta(hours=1))
+            if d.admit:
+                history.append(d.task_id)
+                del queue[d.task_id]
+                for p in d.assignment.placements:
+                    snap.take(snap.row_of(p.node, p.pool), p.device_indices, p.device_fraction, p.cpu, p.memory_gb)
+                running[d.task_id] = running_task(d.task_id, [alloc(p.node, p.pool, p.device_indices) for p in d.assignment.placements])
+    assert history == ["pre"]  # the victim never took its devices back
+    assert "low" in queue and "low" not in running
+
+
+def _estate_nodes():
+    return [node(f"g{i}", "nvidia-h100", 8, stack=CUDA_STACK) for i in range(2)]

@@ -174,10 +174,11 @@ def _run_cycle(
     # Running work past its expected end is revised once, here: every phase reads the same ends.
     cx = CycleInputs(snapshot, compat_check, now, policy, models, revise_overruns(list(running), now), quota, blame)
     st = open_cycle(cx, queue, list(queues), tenant_weights or {})
-    for q, item in heads(st, blame, policy.max_heads_per_cycle, snapshot.scan_cursor):
+    for q, item in heads(st, blame, policy.max_heads_per_cycle, snapshot.scan_cursor, snapshot.preemptors):
         blame.task_id = item.id
         decide(cx, st, q, item)
     blame.task_id = None
+    note_preemptors(snapshot.preemptors, st.decisions)
     requeue(cx, st, estimate)
     reservations, carried = list(st.reservations.values()), st.carried + st.order.left()
     return CycleResult(decisions=st.decisions, duration_s=time.perf_counter() - started, reservations=reservations, carried=carried)
@@ -233,8 +234,32 @@ def open_cycle(cx: CycleInputs, queue: list[QueuedTask], queues: list[QueueSpec]
     return st
 
 
-def heads(st: CycleState, blame: Blame, budget: int = 0, cursor: list | None = None):
-    """Heads in queue order, then the borrowers deferred behind them.
+# A preemptor is decided first for this many cycles after its last eviction (longer while
+# it waits for its victims to release): long enough to claim what it freed.
+PREEMPTOR_CYCLES = 3
+
+
+def note_preemptors(preemptors: dict, decisions: list[Decision]) -> None:
+    """Keep `snapshot.preemptors` (task id → cycles left) up to date with this cycle's decisions."""
+    for d in decisions:
+        if d.victims:
+            preemptors[d.task_id] = PREEMPTOR_CYCLES
+        elif d.task_id in preemptors:
+            waiting = d.explanation.reason is Reason.WAITING_FOR_RELEASE
+            left = PREEMPTOR_CYCLES if waiting else preemptors[d.task_id] - 1
+            if d.admit or d.set_aside or left <= 0:
+                del preemptors[d.task_id]
+            else:
+                preemptors[d.task_id] = left
+
+
+def heads(st: CycleState, blame: Blame, budget: int = 0, cursor: list | None = None, preemptors: dict | None = None):
+    """Preemptors first, then heads in queue order, then the borrowers deferred behind them.
+
+    A task that evicted work in a recent cycle is decided before anyone else (as the
+    nominated pod of kube-scheduler is): otherwise a bounded scan may pass it over while
+    its own victims, back in the queue, take the devices it freed — and the next cycle
+    evicts them again.
 
     With a `budget` (policy.max_heads_per_cycle; 0: none), a cycle decides at most that
     many heads: the first half in queue order — the most deserving, every cycle — and the
@@ -245,6 +270,12 @@ def heads(st: CycleState, blame: Blame, budget: int = 0, cursor: list | None = N
     front = budget - budget // 2
     resume_at = cursor[0] if cursor else 0
     position = decided = 0
+    for task_id in list(preemptors or ()):
+        if (taken := st.order.take(task_id)) is None:
+            del preemptors[task_id]  # admitted, gone, or behind its FIFO queue's head
+            continue
+        decided += 1
+        yield taken
     while not budget or decided < budget:
         blame.task_id = None  # choosing the next head is no one task's evaluation
         if (popped := st.order.pop()) is None:

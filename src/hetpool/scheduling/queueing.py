@@ -121,6 +121,7 @@ class QueueOrder:
         self.lines: dict[str, dict[int, dict[str, deque]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(deque)))
         self.heaps: dict[tuple[str, int], list] = defaultdict(list)
         self.blocked: set[str] = set()
+        self.where: dict[str, tuple[str, int, str]] = {}  # task id → (queue, level, tenant): see take()
         entries = []
         for item in items:
             queue = queue_of(item)
@@ -131,8 +132,10 @@ class QueueOrder:
                 # One line in arrival order; the head still competes with other queues at
                 # its own priority (see _head).
                 self.lines[queue.name][_FIFO_LEVEL][""].append(entry)
+                self.where[entry.id] = (queue.name, _FIFO_LEVEL, "")
             else:
                 self.lines[queue.name][entry.rank][entry.tenant].append(entry)
+                self.where[entry.id] = (queue.name, entry.rank, entry.tenant)
         for name, levels in self.lines.items():
             for level, tenants in levels.items():
                 for tenant in tenants:
@@ -154,11 +157,14 @@ class QueueOrder:
             heap = self.heaps[(queue_name, level)]
             while heap:
                 share, queued_at, task_id, tenant, version = heap[0]
-                head = self.lines[queue_name][level][tenant][0]
-                if version != self.fair.version(head.tenant):
-                    heapq.heappop(heap)  # stale share: re-file under the current one
+                line = self.lines[queue_name][level][tenant]
+                if not line or version != self.fair.version(line[0].tenant) or task_id != line[0].id:
+                    # A stale share (re-file under the current one), or the line's head was
+                    # taken out of turn (take()): the entry no longer describes the line.
+                    heapq.heappop(heap)
                     self._push(queue_name, level, tenant)
                     continue
+                head = line[0]
                 rank = head.rank if level == _FIFO_LEVEL else level
                 return (-rank, share, queued_at, task_id), level, tenant
         return None
@@ -178,6 +184,20 @@ class QueueOrder:
         heapq.heappop(self.heaps[(name, level)])
         entry = self.lines[name][level][tenant].popleft()
         self._push(name, level, tenant)
+        return self.queues[name], entry.item
+
+    def take(self, task_id: str):
+        """(queue, item) for one task, out of turn (a preemptor claiming what it freed); None
+        when it is not here, already handed out, or not the head of its FIFO queue."""
+        where = self.where.get(task_id)
+        if where is None or where[0] in self.blocked:
+            return None
+        name, level, tenant = where
+        line = self.lines[name][level][tenant]
+        entry = next((e for e in line if e.id == task_id), None)
+        if entry is None or (level == _FIFO_LEVEL and line[0] is not entry):
+            return None  # a FIFO queue never lets a task overtake its head
+        line.remove(entry)  # its heap entry, if it led the line, goes stale (see _head)
         return self.queues[name], entry.item
 
     def left(self) -> int:

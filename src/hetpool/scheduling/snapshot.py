@@ -155,6 +155,8 @@ class Snapshot:
     # Where the last cycle's rotating scan of the queue stopped (cycle.heads): kept with the
     # snapshot the server and the simulator keep across cycles, like the caches above.
     scan_cursor: list = field(default_factory=lambda: [0], init=False, repr=False, compare=False)
+    # Tasks whose preemption is under way → cycles left to claim what it frees (cycle.heads).
+    preemptors: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.node_feature_sets = [node_features(n) for n in self.node_specs]
