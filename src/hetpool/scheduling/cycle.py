@@ -225,6 +225,7 @@ def open_cycle(cx: CycleInputs, queue: list[QueuedTask], queues: list[QueueSpec]
         order=order,
         tenant_matters=any(p.spec.reserved_for is not None for p in snapshot.pools),
         releasing=[r for r in running if r.being_preempted],
+        idle_results=snapshot.idle_memo(),
     )
     for r in running:
         if r.preemptible:
@@ -307,8 +308,9 @@ def nominate(cx: CycleInputs, st: CycleState, q: QueueSpec, item: QueuedTask) ->
     # not delay a reserved start, whichever queue the backfilling task comes from.
     blocking = [r for r in st.reservations.values() if not _may_use(cx, st, spec, r)]
     # The same shape under the same reservation fails the same way: reuse the verdict.
-    shape = shape_key(spec, q, st.tenant_matters) + "|" + ",".join(r.task_id for r in blocking)
-    cand = Candidate(q, item, rule, kwargs, blocking, shape, target_kwargs=kwargs)
+    base_shape = shape_key(spec, q, st.tenant_matters)
+    shape = base_shape + "|" + ",".join(r.task_id for r in blocking)
+    cand = Candidate(q, item, rule, kwargs, blocking, shape, target_kwargs=kwargs, base_shape=base_shape)
     if blocking:
         # Keep the task off the nodes that reservations it must not delay hold.
         masks = [st.reserved_masks[r.task_id] for r in blocking]
@@ -352,9 +354,17 @@ def gate(cx: CycleInputs, st: CycleState, cand: Candidate) -> Decision | None:
 
 def _idle_result(cx: CycleInputs, st: CycleState, cand: Candidate) -> Assignment:
     """Where the task would go were everything idle (per shape, once per cycle)."""
-    if cand.shape not in st.idle_results:
-        st.idle_results[cand.shape] = assign(st.idle(cx.snapshot), cand.spec, cx.compat_check, **cand.kwargs)
-    return st.idle_results[cand.shape]
+    key = idle_key(cand)
+    if key not in st.idle_results:
+        st.idle_results[key] = assign(st.idle(cx.snapshot), cand.spec, cx.compat_check, **cand.kwargs)
+    return st.idle_results[key]
+
+
+def idle_key(cand: Candidate, estate: str = "idle") -> tuple:
+    """What an idle-estate result depends on besides the inventory and its health: the
+    shape and the constraints it is placed under (a queue's pools can be edited)."""
+    pools = cand.kwargs["allowed_pools"]
+    return (estate, cand.base_shape, tuple(sorted(pools)) if pools else None, repr(cand.kwargs["placement"]))
 
 
 def _quota_ceiling(cx: CycleInputs, st: CycleState, cand: Candidate) -> QuotaCeiling | None:
@@ -461,7 +471,7 @@ def leave_waiting(cx: CycleInputs, st: CycleState, cand: Candidate, result: Assi
 
 def _recovered_result(cx: CycleInputs, st: CycleState, cand: Candidate) -> Assignment:
     """Where the task would go were everything idle and healthy (per shape, once per cycle)."""
-    key = "recovered|" + cand.shape
+    key = idle_key(cand, "recovered")
     if key not in st.idle_results:
         st.idle_results[key] = assign(st.recovered(cx.snapshot), cand.spec, cx.compat_check, **cand.kwargs)
     return st.idle_results[key]

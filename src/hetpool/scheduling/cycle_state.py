@@ -59,7 +59,9 @@ class CycleState:
     tenant_matters: bool  # pools reserved for tenants: the tenant is part of a task's shape
     releasing: list[RunningTask]  # preempted earlier, still giving their devices back
     failed_shapes: dict[str, Decision] = field(default_factory=dict)
-    idle_results: dict[str, Assignment] = field(default_factory=dict)  # per shape: its placement on the idle estate
+    # Per shape and constraints: its placement on the idle estate (and on the recovered one);
+    # the snapshot's cross-cycle memo (Snapshot.idle_memo), so it is computed once per shape.
+    idle_results: dict = field(default_factory=dict)
     ceilings: dict[tuple, object] = field(default_factory=dict)  # per shape and tenant: the quota it could never be admitted under
     reservations: dict[str, Reservation] = field(default_factory=dict)  # per queue: its blocked head's reservation
     reserved_masks: dict[str, np.ndarray] = field(default_factory=dict)  # per reserving task: its nodes
@@ -81,20 +83,18 @@ class CycleState:
     by_pool: dict[str, list[RunningTask]] = field(default_factory=dict)  # running work (and this cycle's admissions) per pool
     borrowers: list[tuple[QueueSpec, QueuedTask]] = field(default_factory=list)
     deferring_done: bool = False  # every non-borrowing head has been decided
-    idle_snapshot: Snapshot | None = None
-
-    recovered_snapshot: Snapshot | None = None
 
     def idle(self, snapshot: Snapshot) -> Snapshot:
-        if self.idle_snapshot is None:
-            self.idle_snapshot = snapshot.emptied()
-        return self.idle_snapshot
+        """The estate with nothing running (Snapshot.emptied), built once per health."""
+        if "idle" not in self.idle_results:
+            self.idle_results["idle"] = snapshot.emptied()
+        return self.idle_results["idle"]
 
     def recovered(self, snapshot: Snapshot) -> Snapshot:
         """The idle estate with what is unhealthy now back (Snapshot.recovered), built once."""
-        if self.recovered_snapshot is None:
-            self.recovered_snapshot = snapshot.recovered()
-        return self.recovered_snapshot
+        if "recovered" not in self.idle_results:
+            self.idle_results["recovered"] = snapshot.recovered()
+        return self.idle_results["recovered"]
 
     def preemptible_below(self, rank: int) -> bool:
         """Is some preemptible running task of a lower priority not being evicted yet?"""
@@ -123,6 +123,7 @@ class Candidate:
     blocking: list[Reservation]  # reservations the task may not use: it must not delay them
     shape: str  # see shape_key, plus the reservations it is blocked by
     target_kwargs: dict = field(default_factory=dict)  # kwargs plus the nodes `blocking` holds (set by constrain)
+    base_shape: str = ""  # shape_key alone
 
     @property
     def spec(self) -> TaskSpec:

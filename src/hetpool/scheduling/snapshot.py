@@ -115,6 +115,9 @@ class DeviceMatrix:
         return DeviceMatrix(self.data.copy(), self.lengths)
 
 
+# Shapes whose idle-estate placement is kept across cycles (Snapshot.idle_memo).
+IDLE_MEMO_LIMIT = 50_000
+
 @dataclass
 class Snapshot:
     pools: list[PoolView]
@@ -155,6 +158,9 @@ class Snapshot:
     # Where the last cycle's rotating scan of the queue stopped (cycle.heads): kept with the
     # snapshot the server and the simulator keep across cycles, like the caches above.
     scan_cursor: list = field(default_factory=lambda: [0], init=False, repr=False, compare=False)
+    # What the idle (and the recovered) estate gives each shape: it does not depend on what
+    # runs, so it is kept across cycles, under the health it was computed with (idle_memo).
+    idle_cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     # Tasks whose preemption is under way → cycles left to claim what it frees (cycle.heads).
     preemptors: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -220,6 +226,20 @@ class Snapshot:
         empty.row_free_whole = (empty.dev_free.data >= 1.0 - 1e-9).sum(axis=1).astype(np.int64)
         empty.pool_free_whole = np.bincount(self.row_pool, weights=empty.row_free_whole, minlength=len(self.pools)).astype(np.int64)
         return empty
+
+    def idle_memo(self) -> dict:
+        """The cross-cycle memo of idle-estate results for this snapshot's health (a node
+        or device that goes down or comes back starts a new one). Holds the idle and the
+        recovered estates themselves under "idle" and "recovered"."""
+        health = (self.node_healthy.tobytes(), (self.dev_free.data < -0.5).tobytes())
+        memo = self.idle_cache.get(health)
+        if memo is None:
+            if len(self.idle_cache) >= 4:  # health flapping: keep only the latest few
+                self.idle_cache.pop(next(iter(self.idle_cache)))
+            memo = self.idle_cache[health] = {}
+        elif len(memo) > IDLE_MEMO_LIMIT:
+            memo.clear()  # a bound on memory, whatever the variety of shapes
+        return memo
 
     def recovered(self) -> Snapshot:
         """The idle estate with every node and device back to health (cordons, which the
