@@ -47,8 +47,9 @@ def plan_preemption(cx: CycleInputs, st: CycleState, cand: Candidate, fits_idle:
     rank = spec.priority.rank
     # A lender within its nominal quota takes back what its cohort's borrowers hold,
     # whatever their priority (reclaim within cohort).
-    reclaim = (lambda r, spec=spec: quota.reclaimable_by(spec, r.id)) if quota and not item.quota_exempt else None
-    reclaimable = reclaim is not None and bool(_reclaimable_ids(cx, st, spec) - st.evicting)
+    ids = _reclaimable_ids(cx, st, spec) if quota and not item.quota_exempt else frozenset()
+    reclaim = (lambda r: r.id in ids) if quota and not item.quota_exempt else None
+    reclaimable = reclaim is not None and bool(ids - st.evicting)
     if not (fits_idle and cand.rule.preemption and (reclaimable or st.preemptible_below(rank))):
         return NO_PREEMPTION
     if st.preemption_tries >= cx.policy.max_preemption_tries:
@@ -78,7 +79,8 @@ def _reclaimable_ids(cx: CycleInputs, st: CycleState, spec) -> frozenset[str]:
     and type in a cycle: the answer depends on nothing else of the task)."""
     key = (spec.tenant, spec.env, spec.task_type)
     if key not in st.reclaimable:
-        st.reclaimable[key] = frozenset(r.id for r in cx.running if r.preemptible and cx.quota.reclaimable_by(spec, r.id))
+        quota = cx.quota  # is_borrowing first: the cheap test that rules out most of the running work
+        st.reclaimable[key] = frozenset(r.id for r in cx.running if r.preemptible and quota.is_borrowing(r.id) and quota.reclaimable_by(spec, r.id))
     return st.reclaimable[key]
 
 
