@@ -209,6 +209,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--steady-cycles", type=int, default=20)
     parser.add_argument("--steady-step", type=float, default=120.0, help="simulated seconds between steady-state cycles")
     parser.add_argument("--arrivals", type=int, default=100, help="tasks arriving before each steady-state cycle")
+    parser.add_argument("--max-heads", type=int, default=None, help="policy.max_heads_per_cycle (default: the policy's default)")
     parser.add_argument("-o", "--output", choices=["json", "text"], default="text")
     parser.add_argument("--out", type=Path, default=None, help="default: bench/results/scheduler_throughput[_flat].json")
     args = parser.parse_args(argv)
@@ -221,14 +222,15 @@ def main(argv: list[str] | None = None) -> dict:
     accel_rows = ~snapshot.row_is_cpu
     accelerators = int(snapshot.device_totals()[accel_rows].sum())
     now = datetime(2026, 1, 2, tzinfo=UTC)
+    policy = SchedulingPolicySpec() if args.max_heads is None else SchedulingPolicySpec(max_heads_per_cycle=args.max_heads)
     if args.flat:
-        estate = Estate(snapshot, models, kb)
+        estate = Estate(snapshot, models, kb, policy=policy)
         make = lambda n, r, start, t0: flat_workload(n, r, start)  # noqa: E731
     else:
         by_class: dict[str, int] = {}
         for p in snapshot.pools:
             by_class[p.model.device_class.value] = by_class.get(p.model.device_class.value, 0) + int(snapshot.device_totals()[p.rows].sum())
-        estate = Estate(snapshot, models, kb, queues=honest_queues(), quotas=team_quotas(by_class))
+        estate = Estate(snapshot, models, kb, queues=honest_queues(), quotas=team_quotas(by_class), policy=policy)
         make = honest_workload
     if not args.flat and args.running_share > 0:
         prefill(estate, honest_workload(args.tasks // 2, random.Random(args.seed + 1), start=5_000_000), args.running_share, now, rng)
@@ -251,6 +253,7 @@ def main(argv: list[str] | None = None) -> dict:
         "running_at_start": running_at_start,
         "quotas": len(estate.quotas),
         "queues": len(estate.queues) or 1,
+        "max_heads_per_cycle": policy.max_heads_per_cycle,
         **summary(cycle_ms, placed, evicted),
         "still_queued": len(estate.queue),
         "accelerators_in_use": used,
