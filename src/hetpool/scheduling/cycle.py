@@ -62,7 +62,7 @@ from hetpool.scheduling.explain import (
 )
 from hetpool.scheduling.filters import CompatCheck, memoized
 from hetpool.scheduling.forecast import attach_estimates
-from hetpool.scheduling.queueing import QueueOrder, effective_rank, route
+from hetpool.scheduling.queueing import MAX_RANK, QueueOrder, effective_rank, route
 from hetpool.scheduling.quota_fit import never_within_quota
 from hetpool.scheduling.quota_view import QuotaCeiling, QuotaLedger
 from hetpool.scheduling.running import RunningTask, revise_overruns
@@ -207,18 +207,21 @@ def open_cycle(cx: CycleInputs, queue: list[QueuedTask], queues: list[QueueSpec]
     """Route every task to its queue and order the heads (priority with aging, fair share, age)."""
     snapshot, running, blame, policy, now = cx.snapshot, cx.running, cx.blame, cx.policy, cx.now
     fair = fair_share(snapshot, running, tenant_weights)
-    routed = {}
+    # One pass over the whole queue, the only per-cycle work proportional to it: keep it lean.
+    routes: dict[tuple, QueueSpec] = {}  # the queue depends on these three fields alone (queueing.route)
+    aging, rows = policy.aging_per_hour, []
     for item in queue:
-        blame.task_id = item.id
-        routed[item.id] = route(item.spec, list(queues))
+        spec = item.spec
+        key = (spec.queue, spec.task_type, spec.template)
+        q = routes.get(key)
+        if q is None:
+            blame.task_id = item.id
+            q = routes[key] = route(spec, queues)
+        base = spec.priority.rank
+        rank = effective_rank(base, item.queued_at, now, aging) if aging and base < MAX_RANK else base
+        rows.append((q, item.queued_at, item.id, rank, spec.tenant, item))
     blame.task_id = None
-    order = QueueOrder(
-        queue,
-        queue_of=lambda item: routed[item.id],
-        rank_of=lambda item: effective_rank(item.spec.priority.rank, item.queued_at, now, policy.aging_per_hour),
-        tenant_of=lambda item: item.spec.tenant,
-        fair=fair,
-    )
+    order = QueueOrder.of(rows, fair)
     st = CycleState(
         working=snapshot.copy(),
         fair=fair,

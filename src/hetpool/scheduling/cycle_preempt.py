@@ -79,8 +79,10 @@ def _reclaimable_ids(cx: CycleInputs, st: CycleState, spec) -> frozenset[str]:
     and type in a cycle: the answer depends on nothing else of the task)."""
     key = (spec.tenant, spec.env, spec.task_type)
     if key not in st.reclaimable:
-        quota = cx.quota  # is_borrowing first: the cheap test that rules out most of the running work
-        st.reclaimable[key] = frozenset(r.id for r in cx.running if r.preemptible and quota.is_borrowing(r.id) and quota.reclaimable_by(spec, r.id))
+        quota = cx.quota
+        if None not in st.reclaimable:  # the borrowers, once per cycle: they rule out most of the running work
+            st.reclaimable[None] = frozenset(r.id for r in cx.running if r.preemptible and quota.is_borrowing(r.id))
+        st.reclaimable[key] = frozenset(task_id for task_id in st.reclaimable[None] if quota.reclaimable_by(spec, task_id))
     return st.reclaimable[key]
 
 

@@ -68,7 +68,7 @@ class CycleState:
     evicting: set[str] = field(default_factory=set)
     # Preemptible running work per priority rank, less what this cycle evicts (see preemptible_below).
     preemptible_ranks: dict[int, int] = field(default_factory=dict)
-    reclaimable: dict[tuple, frozenset[str]] = field(default_factory=dict)  # per (tenant, env, type): see cycle_preempt
+    reclaimable: dict[tuple | None, frozenset[str]] = field(default_factory=dict)  # per (tenant, env, type), None: all borrowers (cycle_preempt)
     preemption_tries: int = 0  # heads that planned a preemption this cycle (policy.max_preemption_tries)
     preemption_deferred: int = 0  # heads that would have, past that bound
     carried: int = 0  # heads passed over by the rotating scan (cycle.heads)

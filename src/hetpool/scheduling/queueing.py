@@ -115,6 +115,16 @@ class QueueOrder:
     """
 
     def __init__(self, items: Iterable, queue_of: Callable, rank_of: Callable, tenant_of: Callable, fair: FairShare) -> None:
+        self._fill([(queue_of(item), item.queued_at, item.id, rank_of(item), tenant_of(item), item) for item in items], fair)
+
+    @classmethod
+    def of(cls, rows: list[tuple], fair: FairShare) -> QueueOrder:
+        """From (queue, queued_at, id, rank, tenant, item) rows, as open_cycle builds them in one pass."""
+        order = cls.__new__(cls)
+        order._fill(rows, fair)
+        return order
+
+    def _fill(self, rows: list[tuple], fair: FairShare) -> None:
         self.fair = fair
         self.queues: dict[str, QueueSpec] = {}
         # queue name → level → tenant → tasks in age order
@@ -122,12 +132,10 @@ class QueueOrder:
         self.heaps: dict[tuple[str, int], list] = defaultdict(list)
         self.blocked: set[str] = set()
         self.where: dict[str, tuple[str, int, str]] = {}  # task id → (queue, level, tenant): see take()
-        entries = []
-        for item in items:
-            queue = queue_of(item)
+        rows.sort(key=lambda row: (row[1], row[2]))  # age, then id (a total order)
+        for queue, queued_at, task_id, rank, tenant, item in rows:
             self.queues[queue.name] = queue
-            entries.append((queue, _Entry(item.queued_at, item.id, rank_of(item), tenant_of(item), item)))
-        for queue, entry in sorted(entries, key=lambda qe: qe[1]):
+            entry = _Entry(queued_at, task_id, rank, tenant, item)
             if queue.ordering == "fifo":
                 # One line in arrival order; the head still competes with other queues at
                 # its own priority (see _head).

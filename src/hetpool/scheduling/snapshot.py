@@ -118,6 +118,7 @@ class DeviceMatrix:
 # Shapes whose idle-estate placement is kept across cycles (Snapshot.idle_memo).
 IDLE_MEMO_LIMIT = 50_000
 
+
 @dataclass
 class Snapshot:
     pools: list[PoolView]
