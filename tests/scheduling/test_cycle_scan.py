@@ -29,7 +29,7 @@ def _queue() -> list[QueuedTask]:
 
 def test_a_bounded_cycle_decides_at_most_its_budget_and_the_rotation_reaches_the_tail() -> None:
     snap, queue = _estate(), _queue()
-    policy = SchedulingPolicySpec(max_heads_per_cycle=4)
+    policy = SchedulingPolicySpec(max_heads_per_cycle=4, park_waiting=False)  # the rotation alone (parking: test_parking.py)
     admitted: list[str] = []
     for _ in range(9):  # 8 stuck heads behind the front, then 10 small ones, 2 per cycle
         result = run_cycle(snap, [q for q in queue if q.id not in admitted], CHECK, T0, policy=policy, estimate=False)
@@ -69,7 +69,7 @@ def test_a_preemptor_claims_what_it_freed_before_its_victims_come_back() -> None
     # so the next window starts right behind it — where its requeued victim sits.
     preemptor = QueuedTask("pre", task("pre", devices={"class": "gpu", "count": 8}), T0 + timedelta(minutes=1))
     queue = {q.id: q for q in [*stuck, preemptor]}
-    policy = SchedulingPolicySpec(max_heads_per_cycle=4)
+    policy = SchedulingPolicySpec(max_heads_per_cycle=4, park_waiting=False)  # the rotation alone (parking: test_parking.py)
     history = []
     for _ in range(12):
         result = run_cycle(snap, list(queue.values()), CHECK, T0, policy=policy, running=list(running.values()), estimate=False)

@@ -14,6 +14,7 @@ copied over)."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -32,6 +33,7 @@ from hetpool.catalog.devices import DeviceCatalog  # noqa: E402
 from hetpool.core.policy import SchedulingPolicySpec  # noqa: E402
 from hetpool.governance.quota import QuotaBook  # noqa: E402
 from hetpool.scheduling.cycle import run_cycle  # noqa: E402
+from hetpool.scheduling.parking import Parking  # noqa: E402
 from hetpool.scheduling.snapshot import build_snapshot  # noqa: E402
 
 T0 = datetime(2026, 1, 2, tzinfo=UTC)
@@ -52,6 +54,11 @@ def _from_scratch(estate: Estate, inv, models, down: set[str]):
     fresh = build_snapshot(clusters, nodes, pools, models, allocations, unhealthy_nodes=down)
     fresh.scan_cursor[0] = estate.snapshot.scan_cursor[0]
     fresh.preemptors.update(estate.snapshot.preemptors)
+    park = estate.snapshot.parking.get("state")
+    if park is not None:  # the parked heads (their entries copied: each cycle changes them)
+        after = tuple(a.copy() for a in park.after) if park.after is not None else None
+        parked = {task_id: replace(p) for task_id, p in park.parked.items()}
+        fresh.parking["state"] = Parking(parked, park.policy_key, after)
     return fresh
 
 

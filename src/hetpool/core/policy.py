@@ -55,6 +55,10 @@ class SchedulingPolicySpec(ObjectSpec):
         le=10000,
         description="waiting heads per cycle that may plan a preemption (each costs placements); the rest try in later cycles",
     )
+    park_waiting: bool = Field(
+        default=True,
+        description="pass over waiting heads until something they could use changes (see docs/scheduling.md, parking)",
+    )
     max_preemptions: int = Field(
         default=3, ge=0, le=1000, description="a task preempted this often is not evicted again (no starvation by preemption)"
     )

@@ -62,6 +62,7 @@ from hetpool.scheduling.explain import (
 )
 from hetpool.scheduling.filters import CompatCheck, memoized
 from hetpool.scheduling.forecast import attach_estimates
+from hetpool.scheduling.parking import close_parking, open_parking, usable_pools
 from hetpool.scheduling.queueing import MAX_RANK, QueueOrder, effective_rank, route
 from hetpool.scheduling.quota_fit import never_within_quota
 from hetpool.scheduling.quota_view import QuotaCeiling, QuotaLedger
@@ -101,6 +102,7 @@ class CycleResult:
     duration_s: float
     reservations: list[Reservation] = field(default_factory=list)
     carried: int = 0  # queued tasks not decided this cycle (policy.max_heads_per_cycle): they keep their last explanation
+    parked: int = 0  # waiting heads passed over because nothing they could use changed (parking.py); they keep theirs too
 
     @property
     def admitted(self) -> list[Decision]:
@@ -174,14 +176,51 @@ def _run_cycle(
     # Running work past its expected end is revised once, here: every phase reads the same ends.
     cx = CycleInputs(snapshot, compat_check, now, policy, models, revise_overruns(list(running), now), quota, blame)
     st = open_cycle(cx, queue, list(queues), tenant_weights or {})
-    for q, item in heads(st, blame, policy.max_heads_per_cycle, snapshot.scan_cursor, snapshot.preemptors):
+    park, st.park_counts = open_parking(snapshot, policy, cx.running, quota, queue, now, lambda item: _rank_now(cx, item))
+    st.parked = park.parked
+    skip = (lambda q, item: still_parked(cx, st, q, item)) if st.parked else None
+    for q, item in heads(st, blame, policy.max_heads_per_cycle, snapshot.scan_cursor, snapshot.preemptors, skip):
         blame.task_id = item.id
         decide(cx, st, q, item)
     blame.task_id = None
     note_preemptors(snapshot.preemptors, st.decisions)
+    if policy.park_waiting:
+        candidates = {task_id: (cand, _pools(cx, st, cand), _rank_now(cx, cand.item)) for task_id, cand in st.parkable.items()}
+        close_parking(park, st.working, st.decisions, candidates, st.park_counts, st.no_park)
     requeue(cx, st, estimate)
     reservations, carried = list(st.reservations.values()), st.carried + st.order.left()
-    return CycleResult(decisions=st.decisions, duration_s=time.perf_counter() - started, reservations=reservations, carried=carried)
+    duration = time.perf_counter() - started
+    return CycleResult(decisions=st.decisions, duration_s=duration, reservations=reservations, carried=carried, parked=st.parked_over)
+
+
+def _rank_now(cx: CycleInputs, item: QueuedTask) -> int:
+    base = item.spec.priority.rank
+    return effective_rank(base, item.queued_at, cx.now, cx.policy.aging_per_hour) if base < MAX_RANK else base
+
+
+def _pools(cx: CycleInputs, st: CycleState, cand: Candidate) -> frozenset[int]:
+    """The pools a candidate could use at all (kept with the idle-estate results)."""
+    key = idle_key(cand, "pools")
+    if key not in st.idle_results:
+        st.idle_results[key] = usable_pools(cx.snapshot, cand.spec, cx.compat_check, cand.kwargs["allowed_pools"])
+    return st.idle_results[key]
+
+
+def still_parked(cx: CycleInputs, st: CycleState, q: QueueSpec, item: QueuedTask) -> bool:
+    """Does a parked head stay passed over when its turn comes (parking.py)? Not when its
+    queue's reservation is still free to take, nor when a node that other heads'
+    reservations kept it off is no longer kept from it."""
+    parked = st.parked.get(item.id)
+    if parked is None:
+        return False
+    if parked.reserves and q.name not in st.reservations:
+        return False
+    if parked.excluded:
+        nodes = cx.snapshot.node_by_name
+        now_excluded = {nodes[n] for r in st.reservations.values() if not _may_use(cx, st, item.spec, r) for n in r.nodes}
+        if not parked.excluded <= now_excluded:
+            return False
+    return True
 
 
 def decide(cx: CycleInputs, st: CycleState, q: QueueSpec, item: QueuedTask) -> None:
@@ -257,7 +296,7 @@ def note_preemptors(preemptors: dict, decisions: list[Decision]) -> None:
                 preemptors[d.task_id] = left
 
 
-def heads(st: CycleState, blame: Blame, budget: int = 0, cursor: list | None = None, preemptors: dict | None = None):
+def heads(st: CycleState, blame: Blame, budget: int = 0, cursor: list | None = None, preemptors: dict | None = None, skip=None):
     """Preemptors first, then heads in queue order, then the borrowers deferred behind them.
 
     A task that evicted work in a recent cycle is decided before anyone else (as the
@@ -288,6 +327,9 @@ def heads(st: CycleState, blame: Blame, budget: int = 0, cursor: list | None = N
         position += 1
         if budget and decided >= front and position <= resume_at:
             st.carried += 1
+            continue
+        if skip is not None and skip(*popped):
+            st.parked_over += 1  # parked: it keeps its explanation, and costs no budget
             continue
         decided += 1
         yield popped
@@ -343,6 +385,7 @@ def gate(cx: CycleInputs, st: CycleState, cand: Candidate) -> Decision | None:
         return Decision(item.id, False, NO_PLACEMENT, info, q.name)
     cached = st.failed_shapes.get(cand.shape)
     if cached is not None:
+        st.parkable[item.id] = cand
         copied = replace(cached.explanation, facts=dict(cached.explanation.facts), filter_counts=dict(cached.explanation.filter_counts))
         return Decision(item.id, False, cached.assignment, copied, q.name)
     demand = cand.spec.per_worker.devices
@@ -456,7 +499,10 @@ def leave_waiting(cx: CycleInputs, st: CycleState, cand: Candidate, result: Assi
         facts = {"blocking_task": blocker.task_id, "start_at": start_at or UNKNOWN_START_TEXT, "blocking_start_at": start_at}
         decision.explanation = _retold(decision.explanation, Reason.BLOCKED_BY_RESERVATION, **facts)
     elif fits_idle:
+        deferred = st.preemption_deferred
         outcome = plan_preemption(cx, st, cand, fits_idle)
+        if st.preemption_deferred > deferred:
+            st.no_park.add(item.id)  # its preemption was not planned: decide it again next cycle
         if outcome.victims:
             decision.victims, decision.preemption_reason = outcome.victims, outcome.reason
             kind = VICTIMS_BORROWING_TEXT if outcome.reclaims else VICTIMS_LOWER_PRIORITY_TEXT
@@ -511,6 +557,7 @@ def reserve_or_block(cx: CycleInputs, st: CycleState, cand: Candidate, decision:
         held = reserve(item.id, st.working, st.idle(snapshot), spec, cx.running + st.admitted_now, cx.compat_check, cx.now, **cand.kwargs)
     if held is None:
         st.failed_shapes[cand.shape] = decision
+        st.parkable[item.id] = cand
         return
     st.reservations[q.name] = held
     mask = np.zeros(len(snapshot.node_names), dtype=bool)

@@ -72,6 +72,14 @@ class CycleState:
     preemption_tries: int = 0  # heads that planned a preemption this cycle (policy.max_preemption_tries)
     preemption_deferred: int = 0  # heads that would have, past that bound
     carried: int = 0  # heads passed over by the rotating scan (cycle.heads)
+    # Parking (parking.py): the heads parked as the cycle opened, this cycle's plain waits
+    # that may be parked (task id → candidate, its pools, its rank), those that may not, and
+    # the evictable running work per pool.
+    parked: dict = field(default_factory=dict)
+    parked_over: int = 0  # parked heads passed over this cycle
+    parkable: dict = field(default_factory=dict)
+    no_park: set[str] = field(default_factory=set)
+    park_counts: dict = field(default_factory=dict)
     decisions: list[Decision] = field(default_factory=list)
     waiting: list[QueuedTask] = field(default_factory=list)
     # Work admitted earlier in this cycle, as running work with its expected end, so that

@@ -162,6 +162,8 @@ class Snapshot:
     # What the idle (and the recovered) estate gives each shape: it does not depend on what
     # runs, so it is kept across cycles, under the health it was computed with (idle_memo).
     idle_cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    # The parked heads and what they are compared against ("state": parking.Parking).
+    parking: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     # Tasks whose preemption is under way → cycles left to claim what it frees (cycle.heads).
     preemptors: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 

@@ -1,0 +1,176 @@
+"""Parking: heads whose wait nothing has changed are not decided again.
+
+On a busy estate most heads of a cycle wait — they do not fit now — and the next cycle
+would decide most of them the same way: nothing they could use was freed. Kueue keeps such
+workloads aside as "inadmissible" until an event could change their fate; so does this.
+A head is **parked** after a decision of one of `PARKABLE` reasons that had no side effect
+on other heads (no victims, no reservation held, no FIFO queue blocked, and its preemption
+was really planned, not deferred by `policy.max_preemption_tries`). A parked head is passed
+over, as a carried one is (it keeps its explanation), until one of these happens:
+
+- capacity **grew** on a pool it could use (a device, or CPU or memory of a node of that
+  pool, more free than at the end of the previous cycle; a node or device back to health):
+  capacity that only shrank cannot make a failed placement fit (the same monotonicity the
+  shape cache of a cycle relies on);
+- more running work it could **evict** is on those pools (preemptible and of a lower
+  priority, or borrowing) than when it was parked;
+- its turn comes while its queue holds no reservation yet (it may be owed it), or while a
+  node other heads' reservations kept it off is no longer kept from it (cycle.still_parked);
+- its spec changed (another object), the policy changed, or it has been parked for
+  `MAX_PARKED_CYCLES` cycles (so estimates and explanations are refreshed now and then,
+  and aging's priority raise is taken into account).
+
+The parked set and the capacity it is compared against are kept with the snapshot that the
+server and the simulator keep across cycles (`Snapshot.parking`); a snapshot built anew (a
+changed inventory) parks nothing. `policy.park_waiting: false` turns it off.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hetpool.core.tasks import TaskSpec
+from hetpool.scheduling.assign import candidate_groups
+from hetpool.scheduling.explain import Reason
+from hetpool.scheduling.filters import CompatCheck, class_matches, pool_verdict
+from hetpool.scheduling.running import RunningTask
+from hetpool.scheduling.snapshot import Snapshot
+
+__all__ = ["PARKABLE", "Parked", "Parking", "usable_pools"]
+
+PARKABLE = frozenset({Reason.WAITING_FOR_CAPACITY, Reason.NEVER_FITS})
+MAX_PARKED_CYCLES = 8
+
+
+@dataclass
+class Parked:
+    spec: TaskSpec  # the spec it was decided with (identity: a changed spec is another object)
+    queue: str
+    pools: frozenset[int]  # pool indices it could use
+    evictable: int  # running work it could evict on those pools, when parked
+    rank: int
+    excluded: frozenset[int]  # nodes other heads' reservations kept it off (see still_parked)
+    reserves: bool  # it would take its queue's reservation were none held (fits the idle estate)
+    # It fits no pool even idle and healthy: only a new inventory (a new snapshot), a spec
+    # or a policy change can change that — not capacity, not what runs, not health.
+    never: bool = False
+    cycles: int = 0
+
+
+@dataclass
+class Parking:
+    """What `Snapshot.parking` holds between cycles."""
+
+    parked: dict[str, Parked] = field(default_factory=dict)
+    policy_key: str = ""
+    # The capacity at the end of the previous cycle: device shares, CPU, memory, health.
+    after: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def grown_pools(self, snap: Snapshot) -> np.ndarray:
+        """Per pool: did anything on it grow since the end of the previous cycle?"""
+        if self.after is None or self.after[0].shape != snap.dev_free.data.shape:
+            return np.ones(len(snap.pools), dtype=bool)
+        dev, cpu, mem, healthy = self.after
+        eps = 1e-9
+        node_grew = (snap.free_cpu > cpu + eps) | (snap.free_mem > mem + eps) | (snap.node_healthy & ~healthy)
+        row_grew = (snap.dev_free.data > dev + eps).any(axis=1) | node_grew[snap.row_node]
+        return np.bincount(snap.row_pool[row_grew], minlength=len(snap.pools)) > 0
+
+    def remember(self, working: Snapshot) -> None:
+        self.after = (working.dev_free.data.copy(), working.free_cpu.copy(), working.free_mem.copy(), working.node_healthy.copy())
+
+
+def usable_pools(snap: Snapshot, spec: TaskSpec, compat_check: CompatCheck, allowed_pools: set[str] | None) -> frozenset[int]:
+    """The pools `spec` could run on at all, capacity aside (as assign filters them)."""
+    demand = spec.per_worker.devices
+    device_class = demand.device_class if demand is not None else None
+    use_class = not (spec.fallback or spec.any_of or (demand is not None and demand.models))
+    found: set[int] = set()
+    for group in candidate_groups(snap, spec):
+        for index in group.pools:
+            pool = snap.pools[index]
+            if use_class and not class_matches(pool, device_class):
+                continue
+            if allowed_pools is not None and pool.name not in allowed_pools and pool.model.name not in allowed_pools:
+                continue
+            if pool_verdict(pool, spec, compat_check).ok:
+                found.add(index)
+    return frozenset(found)
+
+
+def evictable_counts(snap: Snapshot, running: list[RunningTask], borrowing: set[str]) -> dict[int, list[int]]:
+    """Per pool index: preemptible running work per priority rank (index 0..3), and the
+    borrowers among it (index 4)."""
+    counts: dict[int, list[int]] = {}
+    for r in running:
+        if not r.preemptible or r.being_preempted:
+            continue
+        for pool in {a.pool for a in r.allocations}:
+            index = snap.pool_by_name.get(pool)
+            if index is None:
+                continue
+            row = counts.setdefault(index, [0, 0, 0, 0, 0])
+            row[min(max(r.priority_rank, 0), 3)] += 1
+            if r.id in borrowing:
+                row[4] += 1
+    return counts
+
+
+def evictable(counts: dict[int, list[int]], pools: frozenset[int], rank: int) -> int:
+    """Running work a head of `rank` could evict on `pools`: lower priority, or borrowing."""
+    total = 0
+    for index in pools:
+        row = counts.get(index)
+        if row is not None:
+            total += sum(row[: max(0, min(rank, 4))]) + row[4]
+    return total
+
+
+def open_parking(snapshot: Snapshot, policy, running: list[RunningTask], quota, queue: list, now, aging_rank) -> tuple[Parking, dict]:
+    """The parking of this snapshot, with every head whose wait may have changed let go;
+    also the evictable counts per pool (for parking this cycle's waits). `aging_rank(item)`
+    is the head's priority rank now."""
+    park: Parking = snapshot.parking.setdefault("state", Parking())
+    key = repr(policy)
+    if not policy.park_waiting or park.policy_key != key:
+        park.parked.clear()
+        park.policy_key = key
+    borrowing = {r.id for r in running if quota is not None and quota.is_borrowing(r.id)}
+    counts = evictable_counts(snapshot, running, borrowing)
+    if not park.parked:
+        return park, counts
+    grown = park.grown_pools(snapshot)
+    items = {item.id: item for item in queue}
+    for task_id, p in list(park.parked.items()):
+        item = items.get(task_id)
+        if (
+            item is None
+            or item.spec is not p.spec
+            or p.cycles >= MAX_PARKED_CYCLES
+            or (not p.never and (any(grown[i] for i in p.pools) or evictable(counts, p.pools, aging_rank(item)) > p.evictable))
+        ):
+            del park.parked[task_id]
+        else:
+            p.cycles += 1
+    return park, counts
+
+
+def close_parking(park: Parking, working: Snapshot, decisions: list, candidates: dict, counts: dict, no_park: set) -> None:
+    """Park this cycle's plain waits; remember the capacity they were decided against.
+    `candidates`: task id → (Candidate, the pools it could use, its priority rank now)."""
+    for d in decisions:
+        park.parked.pop(d.task_id, None)  # decided again: parked anew below, or not
+        entry = candidates.get(d.task_id)
+        if entry is None or d.admit or d.victims or d.task_id in no_park or d.explanation.reason not in PARKABLE:
+            continue
+        cand, pools, rank = entry
+        never = d.explanation.reason is Reason.NEVER_FITS
+        if not pools and not never:
+            continue  # no pool to watch: decided every cycle
+        reserved = cand.target_kwargs.get("reserved_nodes")
+        excluded = frozenset(np.flatnonzero(reserved).tolist()) if reserved is not None else frozenset()
+        reserves = d.explanation.reason is Reason.WAITING_FOR_CAPACITY and cand.queue.ordering != "fifo"
+        park.parked[d.task_id] = Parked(cand.item.spec, cand.queue.name, pools, evictable(counts, pools, rank), rank, excluded, reserves, never)
+    park.remember(working)
