@@ -14,8 +14,8 @@ copied over)."""
 from __future__ import annotations
 
 import random
-from dataclasses import replace
 import sys
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 

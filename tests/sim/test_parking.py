@@ -41,7 +41,8 @@ def _estate(park: bool) -> Estate:
 
 
 def _actions(result) -> list[tuple]:
-    placed = [(d.task_id, tuple((p.node, p.pool, tuple(p.device_indices), p.device_fraction) for p in d.assignment.placements)) for d in result.admitted]
+    where = {d.task_id: tuple((p.node, p.pool, tuple(p.device_indices), p.device_fraction) for p in d.assignment.placements) for d in result.admitted}
+    placed = list(where.items())
     evicted = [(d.task_id, tuple(d.victims)) for d in result.decisions if d.victims]
     return sorted(placed) + sorted(evicted)
 
