@@ -92,7 +92,7 @@ def make_trace(n: int, accelerators: int, load: float, rng: random.Random) -> li
     return tasks
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--tasks", type=int, default=100000)
@@ -101,7 +101,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=3)
     parser.add_argument("-o", "--output", choices=["json", "text"], default="text")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "sim_speed.json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     rng = random.Random(args.seed)
     models = {m.name: m for m in DeviceCatalog.builtin().all()}
@@ -132,6 +132,7 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2) if args.output == "json" else "\n".join(f"{k}: {v}" for k, v in report.items()))
+    return report
 
 
 if __name__ == "__main__":

@@ -79,7 +79,7 @@ class CycleState:
     parked_over: int = 0  # parked heads passed over this cycle
     parkable: dict = field(default_factory=dict)
     no_park: set[str] = field(default_factory=set)
-    park_counts: dict = field(default_factory=dict)
+    park_counts: object = None  # parking.Evictable
     decisions: list[Decision] = field(default_factory=list)
     waiting: list[QueuedTask] = field(default_factory=list)
     # Work admitted earlier in this cycle, as running work with its expected end, so that

@@ -38,7 +38,7 @@ from hetpool.scheduling.filters import CompatCheck, class_matches, pool_verdict
 from hetpool.scheduling.running import RunningTask
 from hetpool.scheduling.snapshot import Snapshot
 
-__all__ = ["PARKABLE", "Parked", "Parking", "usable_pools"]
+__all__ = ["PARKABLE", "Evictable", "Parked", "Parking", "close_parking", "open_parking", "usable_pools"]
 
 PARKABLE = frozenset({Reason.WAITING_FOR_CAPACITY, Reason.NEVER_FITS})
 MAX_PARKED_CYCLES = 8
@@ -118,17 +118,29 @@ def evictable_counts(snap: Snapshot, running: list[RunningTask], borrowing: set[
     return counts
 
 
-def evictable(counts: dict[int, list[int]], pools: frozenset[int], rank: int) -> int:
-    """Running work a head of `rank` could evict on `pools`: lower priority, or borrowing."""
-    total = 0
-    for index in pools:
-        row = counts.get(index)
-        if row is not None:
-            total += sum(row[: max(0, min(rank, 4))]) + row[4]
-    return total
+class Evictable:
+    """Running work a head could evict per pool, counted on first use (most cycles of a
+    quiet estate park nothing and never ask)."""
+
+    def __init__(self, snap: Snapshot, running: list[RunningTask], quota) -> None:
+        self.snap, self.running, self.quota = snap, running, quota
+        self.counts: dict[int, list[int]] | None = None
+
+    def on(self, pools: frozenset[int], rank: int) -> int:
+        """Preemptible running work of a lower priority than `rank`, or borrowing, on `pools`."""
+        if self.counts is None:
+            quota = self.quota
+            borrowing = {r.id for r in self.running if quota is not None and quota.is_borrowing(r.id)}
+            self.counts = evictable_counts(self.snap, self.running, borrowing)
+        total = 0
+        for index in pools:
+            row = self.counts.get(index)
+            if row is not None:
+                total += sum(row[: max(0, min(rank, 4))]) + row[4]
+        return total
 
 
-def open_parking(snapshot: Snapshot, policy, running: list[RunningTask], quota, queue: list, now, aging_rank) -> tuple[Parking, dict]:
+def open_parking(snapshot: Snapshot, policy, running: list[RunningTask], quota, queue: list, now, aging_rank) -> tuple[Parking, Evictable]:
     """The parking of this snapshot, with every head whose wait may have changed let go;
     also the evictable counts per pool (for parking this cycle's waits). `aging_rank(item)`
     is the head's priority rank now."""
@@ -137,8 +149,7 @@ def open_parking(snapshot: Snapshot, policy, running: list[RunningTask], quota, 
     if not policy.park_waiting or park.policy_key != key:
         park.parked.clear()
         park.policy_key = key
-    borrowing = {r.id for r in running if quota is not None and quota.is_borrowing(r.id)}
-    counts = evictable_counts(snapshot, running, borrowing)
+    counts = Evictable(snapshot, running, quota)
     if not park.parked:
         return park, counts
     grown = park.grown_pools(snapshot)
@@ -149,7 +160,7 @@ def open_parking(snapshot: Snapshot, policy, running: list[RunningTask], quota, 
             item is None
             or item.spec is not p.spec
             or p.cycles >= MAX_PARKED_CYCLES
-            or (not p.never and (any(grown[i] for i in p.pools) or evictable(counts, p.pools, aging_rank(item)) > p.evictable))
+            or (not p.never and (any(grown[i] for i in p.pools) or counts.on(p.pools, aging_rank(item)) > p.evictable))
         ):
             del park.parked[task_id]
         else:
@@ -157,7 +168,7 @@ def open_parking(snapshot: Snapshot, policy, running: list[RunningTask], quota, 
     return park, counts
 
 
-def close_parking(park: Parking, working: Snapshot, decisions: list, candidates: dict, counts: dict, no_park: set) -> None:
+def close_parking(park: Parking, working: Snapshot, decisions: list, candidates: dict, counts: Evictable, no_park: set) -> None:
     """Park this cycle's plain waits; remember the capacity they were decided against.
     `candidates`: task id → (Candidate, the pools it could use, its priority rank now)."""
     for d in decisions:
@@ -172,5 +183,9 @@ def close_parking(park: Parking, working: Snapshot, decisions: list, candidates:
         reserved = cand.target_kwargs.get("reserved_nodes")
         excluded = frozenset(np.flatnonzero(reserved).tolist()) if reserved is not None else frozenset()
         reserves = d.explanation.reason is Reason.WAITING_FOR_CAPACITY and cand.queue.ordering != "fifo"
-        park.parked[d.task_id] = Parked(cand.item.spec, cand.queue.name, pools, evictable(counts, pools, rank), rank, excluded, reserves, never)
-    park.remember(working)
+        evict = 0 if never else counts.on(pools, rank)
+        park.parked[d.task_id] = Parked(cand.item.spec, cand.queue.name, pools, evict, rank, excluded, reserves, never)
+    if park.parked:  # what the next cycle compares against (nothing to compare: nothing to copy)
+        park.remember(working)
+    else:
+        park.after = None
