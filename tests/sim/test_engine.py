@@ -102,3 +102,15 @@ def test_quotas_hold_back_borrowers_and_the_lender_reclaims_its_quota() -> None:
     free_for_all = _quota_sim(quotas=False).run(trace)
     assert [(a.t, a.task_id) for a in free_for_all.admissions[:3]] == [(0, "b-own"), (60, "b-borrows"), (120, "b-greedy")]
     assert summarize(free_for_all)["borrowed_admissions"] == 0
+
+
+def test_a_bounded_cycle_with_a_cycle_interval_goes_on_and_ends() -> None:
+    """Regression: with carried tasks (a queue longer than max_heads_per_cycle) or
+    evictions, the simulator asked for a cycle "now" that the cycle interval then refused,
+    and span at that moment forever (appending a sample per turn until memory ran out)."""
+    trace = [_task(f"t{i}", 0, 1.0) for i in range(12)] + [_task("low", 0, 6.0, priority="low"), _task("urgent", 1800, 1.0, priority="high")]
+    config = SimConfig(policy=SchedulingPolicySpec(max_heads_per_cycle=2), min_cycle_interval_s=60)
+    result = Simulator(*_estate(2), MODELS, CHECK, config).run(trace)
+    assert summarize(result)["completed"] == 14
+    assert result.outcomes["urgent"].start_s is not None and result.outcomes["urgent"].start_s <= 1800 + 60
+    assert result.cycles < 3000 and len(result.samples) < 10_000  # bounded: one per turn, turns bounded

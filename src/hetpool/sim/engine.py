@@ -135,7 +135,7 @@ class Simulator:
             state.promises_due()
             # A cycle only when something changed since the last one: the same queue on the
             # same capacity gives the same decisions.
-            if state.queued and state.dirty and state.now - state.last_cycle >= self.config.min_cycle_interval_s:
+            if state.queued and state.dirty and (state.now - state.last_cycle >= self.config.min_cycle_interval_s or state.cycle_at_once()):
                 state.cycle()
             state.sample()
             if progress is not None:
@@ -173,6 +173,11 @@ class _Run:
         self.busy: dict[str, float] = dict.fromkeys(self.pool_devices, 0.0)
         self.now, self.next_arrival, self.cycles, self.core_s, self.last_cycle = 0.0, 0, 0, 0.0, -float("inf")
         self.dirty = False
+        # The last cycle evicted or carried tasks: the next one may follow at the same moment
+        # (as the server's scheduler runs its next round at once), at most `rotation` times
+        # in a row — enough for the rotating scan to see the whole queue once (cycle.heads);
+        # after that the next cycle waits for the interval like any other.
+        self.again, self.same_moment = False, 0
         self.promise_due: float | None = None  # when the earliest promise to a waiting task breaks
         self.max_preemptions = (self.cfg.policy or SchedulingPolicySpec()).max_preemptions
 
@@ -186,8 +191,8 @@ class _Run:
             candidates.append(self.ends[0][0])
         if self.queued and self.promise_due is not None:
             candidates.append(self.promise_due)  # a wait for a preferred model is past its promise
-        if self.queued and self.dirty and self.last_cycle == now:
-            candidates.append(now)  # evictions in the last cycle: place the preemptors now
+        if self.queued and self.dirty and self.cycle_at_once():
+            candidates.append(now)  # evictions or carried tasks in the last cycle: cycle again now
         if self.queued and self.dirty and cfg.min_cycle_interval_s > 0 and self.last_cycle + cfg.min_cycle_interval_s > now:
             candidates.append(self.last_cycle + cfg.min_cycle_interval_s)  # the next allowed cycle
         if not candidates:
@@ -221,8 +226,12 @@ class _Run:
             self.busy[a.pool] -= len(a.device_indices) * a.device_fraction
         return rt
 
+    def cycle_at_once(self) -> bool:
+        return self.again and self.last_cycle == self.now
+
     def cycle(self) -> None:
         cfg, now = self.cfg, self.now
+        self.same_moment = self.same_moment + 1 if now == self.last_cycle else 1
         self.last_cycle, self.dirty = now, False
         book = self.quota_book()
         result = run_cycle(
@@ -241,7 +250,11 @@ class _Run:
         self.cycles += 1
         self.core_s += result.duration_s
         if result.carried:
-            self.dirty = True  # tasks the cycle did not reach (policy.max_heads_per_cycle): the next cycle goes on at once
+            self.dirty = True  # tasks the cycle did not reach (policy.max_heads_per_cycle): the next cycle goes on
+        budget = (cfg.policy or SchedulingPolicySpec()).max_heads_per_cycle
+        rotation = 2 + len(self.queued) // max(1, budget // 2) if budget else 2
+        evicts = any(d.victims for d in result.decisions)
+        self.again = bool(result.carried or evicts) and self.same_moment < rotation
         for decision in result.decisions:
             for victim in decision.victims:  # evict now; the victim starts over later
                 if victim in self.running:
