@@ -176,7 +176,7 @@ def _run_cycle(
     # Running work past its expected end is revised once, here: every phase reads the same ends.
     cx = CycleInputs(snapshot, compat_check, now, policy, models, revise_overruns(list(running), now), quota, blame)
     st = open_cycle(cx, queue, list(queues), tenant_weights or {})
-    park, st.park_counts = open_parking(snapshot, policy, cx.running, quota, queue, now, lambda item: _rank_now(cx, item))
+    park, st.park_counts = open_parking(snapshot, policy, cx.running, quota, st.order.entry)
     st.parked = park.parked
     skip = (lambda q, item: still_parked(cx, st, q, item)) if st.parked else None
     for q, item in heads(st, blame, policy.max_heads_per_cycle, snapshot.scan_cursor, snapshot.preemptors, skip):
@@ -185,17 +185,12 @@ def _run_cycle(
     blame.task_id = None
     note_preemptors(snapshot.preemptors, st.decisions)
     if policy.park_waiting:
-        candidates = {task_id: (cand, _pools(cx, st, cand), _rank_now(cx, cand.item)) for task_id, cand in st.parkable.items()}
+        candidates = {task_id: (cand, _pools(cx, st, cand), st.order.entry(task_id)[1]) for task_id, cand in st.parkable.items()}
         close_parking(park, st.working, st.decisions, candidates, st.park_counts, st.no_park)
     requeue(cx, st, estimate)
     reservations, carried = list(st.reservations.values()), st.carried + st.order.left()
     duration = time.perf_counter() - started
     return CycleResult(decisions=st.decisions, duration_s=duration, reservations=reservations, carried=carried, parked=st.parked_over)
-
-
-def _rank_now(cx: CycleInputs, item: QueuedTask) -> int:
-    base = item.spec.priority.rank
-    return effective_rank(base, item.queued_at, cx.now, cx.policy.aging_per_hour) if base < MAX_RANK else base
 
 
 def _pools(cx: CycleInputs, st: CycleState, cand: Candidate) -> frozenset[int]:
@@ -216,9 +211,12 @@ def still_parked(cx: CycleInputs, st: CycleState, q: QueueSpec, item: QueuedTask
     if parked.reserves and q.name not in st.reservations:
         return False
     if parked.excluded:
-        nodes = cx.snapshot.node_by_name
-        now_excluded = {nodes[n] for r in st.reservations.values() if not _may_use(cx, st, item.spec, r) for n in r.nodes}
-        if not parked.excluded <= now_excluded:
+        spec = item.spec
+        key = (spec.placement_shape, spec.runtime_estimate, tuple(st.reservations))
+        if key not in st.excluded_now:  # once per shape while the cycle's reservations stay the same
+            nodes = cx.snapshot.node_by_name
+            st.excluded_now[key] = {nodes[n] for r in st.reservations.values() if not _may_use(cx, st, spec, r) for n in r.nodes}
+        if not parked.excluded <= st.excluded_now[key]:
             return False
     return True
 

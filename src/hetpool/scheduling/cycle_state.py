@@ -77,6 +77,7 @@ class CycleState:
     # the evictable running work per pool.
     parked: dict = field(default_factory=dict)
     parked_over: int = 0  # parked heads passed over this cycle
+    excluded_now: dict[tuple, set[int]] = field(default_factory=dict)  # see cycle.still_parked
     parkable: dict = field(default_factory=dict)
     no_park: set[str] = field(default_factory=set)
     park_counts: object = None  # parking.Evictable

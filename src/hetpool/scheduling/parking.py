@@ -140,10 +140,10 @@ class Evictable:
         return total
 
 
-def open_parking(snapshot: Snapshot, policy, running: list[RunningTask], quota, queue: list, now, aging_rank) -> tuple[Parking, Evictable]:
+def open_parking(snapshot: Snapshot, policy, running: list[RunningTask], quota, queued) -> tuple[Parking, Evictable]:
     """The parking of this snapshot, with every head whose wait may have changed let go;
-    also the evictable counts per pool (for parking this cycle's waits). `aging_rank(item)`
-    is the head's priority rank now."""
+    also the evictable counts per pool (for parking this cycle's waits). `queued(task_id)`
+    is (item, its priority rank now), or None when the task is no longer queued."""
     park: Parking = snapshot.parking.setdefault("state", Parking())
     key = repr(policy)
     if not policy.park_waiting or park.policy_key != key:
@@ -153,14 +153,13 @@ def open_parking(snapshot: Snapshot, policy, running: list[RunningTask], quota, 
     if not park.parked:
         return park, counts
     grown = park.grown_pools(snapshot)
-    items = {item.id: item for item in queue}
     for task_id, p in list(park.parked.items()):
-        item = items.get(task_id)
+        found = queued(task_id)
         if (
-            item is None
-            or item.spec is not p.spec
+            found is None
+            or found[0].spec is not p.spec
             or p.cycles >= MAX_PARKED_CYCLES
-            or (not p.never and (any(grown[i] for i in p.pools) or counts.on(p.pools, aging_rank(item)) > p.evictable))
+            or (not p.never and (any(grown[i] for i in p.pools) or counts.on(p.pools, found[1]) > p.evictable))
         ):
             del park.parked[task_id]
         else:

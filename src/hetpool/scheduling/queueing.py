@@ -131,7 +131,7 @@ class QueueOrder:
         self.lines: dict[str, dict[int, dict[str, deque]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(deque)))
         self.heaps: dict[tuple[str, int], list] = defaultdict(list)
         self.blocked: set[str] = set()
-        self.where: dict[str, tuple[str, int, str]] = {}  # task id → (queue, level, tenant): see take()
+        self.where: dict[str, tuple[str, int, str, _Entry]] = {}  # task id → (queue, level, tenant, entry): see take(), entry()
         rows.sort(key=lambda row: (row[1], row[2]))  # age, then id (a total order)
         for queue, queued_at, task_id, rank, tenant, item in rows:
             self.queues[queue.name] = queue
@@ -140,10 +140,10 @@ class QueueOrder:
                 # One line in arrival order; the head still competes with other queues at
                 # its own priority (see _head).
                 self.lines[queue.name][_FIFO_LEVEL][""].append(entry)
-                self.where[entry.id] = (queue.name, _FIFO_LEVEL, "")
+                self.where[entry.id] = (queue.name, _FIFO_LEVEL, "", entry)
             else:
                 self.lines[queue.name][entry.rank][entry.tenant].append(entry)
-                self.where[entry.id] = (queue.name, entry.rank, entry.tenant)
+                self.where[entry.id] = (queue.name, entry.rank, entry.tenant, entry)
         for name, levels in self.lines.items():
             for level, tenants in levels.items():
                 for tenant in tenants:
@@ -200,13 +200,18 @@ class QueueOrder:
         where = self.where.get(task_id)
         if where is None or where[0] in self.blocked:
             return None
-        name, level, tenant = where
+        name, level, tenant, _ = where
         line = self.lines[name][level][tenant]
         entry = next((e for e in line if e.id == task_id), None)
         if entry is None or (level == _FIFO_LEVEL and line[0] is not entry):
             return None  # a FIFO queue never lets a task overtake its head
         line.remove(entry)  # its heap entry, if it led the line, goes stale (see _head)
         return self.queues[name], entry.item
+
+    def entry(self, task_id: str):
+        """(item, priority rank now) of a queued task, handed out or not; None: not queued."""
+        where = self.where.get(task_id)
+        return None if where is None else (where[3].item, where[3].rank)
 
     def left(self) -> int:
         """Items not handed out (in no blocked queue)."""
