@@ -26,6 +26,7 @@ decisions into writes and calls.
 
 from __future__ import annotations
 
+import copy as _copy
 import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -384,7 +385,8 @@ def gate(cx: CycleInputs, st: CycleState, cand: Candidate) -> Decision | None:
     cached = st.failed_shapes.get(cand.shape)
     if cached is not None:
         st.parkable[item.id] = cand
-        copied = replace(cached.explanation, facts=dict(cached.explanation.facts), filter_counts=dict(cached.explanation.filter_counts))
+        copied = _copy.copy(cached.explanation)  # its own facts and counts (a shallow copy: replace() costs 10×)
+        copied.facts, copied.filter_counts = dict(copied.facts), dict(copied.filter_counts)
         return Decision(item.id, False, cached.assignment, copied, q.name)
     demand = cand.spec.per_worker.devices
     device_class = demand.device_class.value if demand else None
