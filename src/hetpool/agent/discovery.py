@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from hetpool.catalog.devices import DeviceCatalog
 from hetpool.core.errors import SpecError
@@ -85,3 +85,45 @@ def parse_tool_output(tool: str, text: str, catalog: DeviceCatalog | None = None
 def _load_parsers() -> None:
     # Importing the modules registers their parsers.
     from hetpool.agent import parsers  # noqa: F401
+
+
+def _identities(device: DiscoveredDevice) -> list[tuple]:
+    """What tells one physical device from another across tools: its PCI bus id, its UUID,
+    and for Ascend chips the (NPU id, chip id) pair that `npu-smi info`, `npu-smi info -m`
+    and the board view all print."""
+    keys: list[tuple] = []
+    if device.bus_id:
+        keys.append((device.vendor, "bus", device.bus_id.lower().removeprefix("0000:")))
+    if device.uuid:
+        keys.append((device.vendor, "uuid", device.uuid.lower()))
+    npu_id, chip_id = device.extra.get("npu_id"), device.extra.get("chip_id")
+    if npu_id is not None and chip_id is not None and str(chip_id).isdigit():
+        keys.append((device.vendor, "chip", int(npu_id), int(chip_id)))
+    return keys
+
+
+def merge_same_devices(discoveries: list[Discovery]) -> list[Discovery]:
+    """Each physical device once, however many tools reported it (e.g. `npu-smi info` and
+    `npu-smi info -m` list the same chips: an 8-chip server is 8 devices, not 16). The
+    first report is kept — the tools are asked in order of detail — and a later one only
+    fills what the first lacks: a catalog model where it had an unknown one, memory, facts."""
+    seen: dict[tuple, DiscoveredDevice] = {}  # from earlier tools only: one tool's own rows are never merged
+    merged = []
+    for found in discoveries:
+        kept = []
+        for device in found.devices:
+            first = next((seen[k] for k in _identities(device) if k in seen), None)
+            if first is None:
+                kept.append(device)
+                continue
+            if first.model.startswith("unknown-") and not device.model.startswith("unknown-"):
+                first.model = device.model
+            first.memory_mib = first.memory_mib or device.memory_mib
+            first.bus_id, first.uuid = first.bus_id or device.bus_id, first.uuid or device.uuid
+            for key, value in device.extra.items():
+                first.extra.setdefault(key, value)
+        for device in kept:
+            for key in _identities(device):
+                seen.setdefault(key, device)
+        merged.append(replace(found, devices=kept))
+    return merged

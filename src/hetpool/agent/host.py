@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hetpool.agent.discovery import DiscoveredDevice, Discovery, parse_tool_output
+from hetpool.agent.discovery import DiscoveredDevice, Discovery, merge_same_devices, parse_tool_output
 from hetpool.agent.frameworks import FrameworkScan, inspect_envs, torch_build
 from hetpool.agent.nvml import try_nvml
 from hetpool.agent.sysfs import cpu_facts, scan_pci
@@ -167,6 +167,7 @@ def describe_host(
     root = Path(sysfs_root) if sysfs_root is not None else Path("/")
     facts: dict = {}
     discoveries, warnings = _discover(saved, root, live or sysfs_root is not None, live or nvml_module is not None, nvml_module, facts)
+    discoveries = merge_same_devices(discoveries)  # a chip two tools report is one device
     facts.update(cpu_facts(root))
     software = inspect_envs(python_envs, root)
     warnings.extend(software.warnings)
