@@ -158,14 +158,12 @@ def test_a_long_unknown_name_still_makes_a_valid_model_name(tmp_path: Path):
 NPU = Path(__file__).parent / "fixtures" / "npu-smi"
 
 
-@pytest.mark.parametrize(
-    "base",
-    ["gpustack_ai-server_atlas-800-training-server_model-9010_version-24.1.RC2", "gpustack_ai-server_atlas-800-training-server_model-9010_version-6.0.RC1"],
-)
-def test_npu_smi_info_and_its_mapping_describe_each_chip_once(base: str) -> None:
+@pytest.mark.parametrize("version", ["24.1.RC2", "6.0.RC1"])
+def test_npu_smi_info_and_its_mapping_describe_each_chip_once(version: str) -> None:
     """Regression: given both `npu-smi info` and `npu-smi info -m`, an 8-chip server
     registered 16 devices. The same chip (NPU id, chip id) is one device; the mapping's
     chip name fills in a model the info table left unknown."""
+    base = f"gpustack_ai-server_atlas-800-training-server_model-9010_version-{version}"
     info, mapping = ((NPU / f"{base}{suffix}.txt").read_text(encoding="utf-8") for suffix in ("", "_mapping"))
     report = describe_host("bj-train", "npu-1", {"npu-smi": info, "npu-smi-mapping": mapping})
     assert report.node["devices"] == [{"model": "ascend-910a", "count": 8}]
