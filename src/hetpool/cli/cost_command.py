@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import typer
+from rich.text import Text
 
 from hetpool.cli.render import OutputFormat, console, emit_data, table
 
@@ -134,9 +135,9 @@ def _register_budgets(cost_app: typer.Typer, kit: tuple) -> None:
                     f"{b.fraction:.0%}",
                     ", ".join(f"{a.threshold:.0%}" for a in b.alerts) or "-",
                     "yes" if b.hard_stop else "no",
-                    "[red]invalid[/red] (-o json: why)"
+                    Text.from_markup("[red]invalid[/red] (-o json: why)")
                     if b.invalid
-                    else ("[red]stopped[/red]" if b.hard_stop else "[red]exceeded[/red]")
+                    else Text.from_markup("[red]stopped[/red]" if b.hard_stop else "[red]exceeded[/red]")
                     if b.exceeded
                     else "ok",
                 ]

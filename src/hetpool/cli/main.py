@@ -12,6 +12,7 @@ import typer
 from rich.markup import escape
 
 from hetpool import __version__
+from hetpool.cli import render
 from hetpool.cli.config import load_config, save_config
 from hetpool.cli.files import read_documents, read_single_task
 from hetpool.cli.render import OutputFormat, console, emit_data, err_console, placements_text, plain, plan_report, table
@@ -29,7 +30,7 @@ app.add_typer(admin_app, name="admin")
 
 UrlOpt = typer.Option(None, "--url", envvar="HETPOOL_URL", help="server URL (default http://127.0.0.1:8080)")
 TokenOpt = typer.Option(None, "--token", envvar="HETPOOL_TOKEN", help="API token")
-OutOpt = typer.Option(OutputFormat.TABLE, "-o", "--output", help="table, json or yaml")
+OutOpt = typer.Option(OutputFormat.TABLE, "-o", "--output", help="table, wide (never truncated), json or yaml")
 FileOpt = typer.Option(..., "-f", "--file", help="YAML file, directory or '-' for stdin")
 
 
@@ -170,6 +171,14 @@ def get(
             ["NAME", "CLUSTER", "MODEL", "NODES", "PRICE/H", "SHAREABLE"],
             [[p["name"], p["cluster"], p["model"], len(p["nodes"]), p["price_per_hour"], p["shareable"]] for p in items],
         )
+    elif resolved == "Cluster":
+        table(
+            ["NAME", "BACKEND", "ZONE", "REGION", "OWNER", "DESCRIPTION"],
+            [
+                [c["name"], c.get("backend", "-"), c.get("zone", "-"), c.get("region") or "-", c.get("owner") or "-", c.get("description", "")]
+                for c in items
+            ],
+        )
     else:
         table(["NAME", "DESCRIPTION"], [[o["name"], o.get("description") or o.get("display_name", "")] for o in items])
 
@@ -186,7 +195,7 @@ def _node_status_text(status: NodeStatus | None) -> str:
 def _task_message(task: TaskResponse) -> str:
     """The task's message, or for a queued task why it waits."""
     text = task.message or (task.pending or {}).get("summary") or ""
-    return text[:80]
+    return text if render.wide() else text[:80]
 
 
 def _runtime_text(runtime: dict | None) -> str:
@@ -207,6 +216,10 @@ def describe(
             data = {"spec": client.get_object(kind, name), **plain(client.pool_profile(name))}
         else:
             data = client.get_object(kind, name)
+            if resolved == "Node" and not data.get("zone"):
+                # The zone it is scheduled in: its cluster's, when it names none itself.
+                cluster = client.get_object("cluster", data["cluster"])
+                data = {**data, "zone": cluster.get("zone"), "zone_from": f"cluster {data['cluster']}"}
     emit_data(data, output if output != OutputFormat.TABLE else OutputFormat.YAML)
 
 

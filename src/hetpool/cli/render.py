@@ -3,22 +3,31 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 from enum import StrEnum
 
 import yaml
 from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from hetpool.server.schemas.tasks import PlanResponse
 
+# Piped or redirected (not a terminal, no COLUMNS set), a table is never cut to 80 columns:
+# what a script greps for (a pool name, a node) must be there whole.
+UNBOUNDED = 100_000
+_width = None if sys.stdout.isatty() or "COLUMNS" in os.environ else UNBOUNDED
 # soft_wrap: long tokens, ids and messages stay on one line, so they can be copied.
-console = Console(soft_wrap=True)
+console = Console(soft_wrap=True, width=_width)
 err_console = Console(stderr=True, soft_wrap=True)
+_wide = [False]  # -o wide asked for (see emit_data and table)
 
 
 class OutputFormat(StrEnum):
     TABLE = "table"
+    WIDE = "wide"  # the table, never truncated to the terminal's width
     JSON = "json"
     YAML = "yaml"
 
@@ -36,6 +45,7 @@ def plain(data):
 
 def emit_data(data, fmt: OutputFormat) -> bool:
     """Print `data` (API models, or plain JSON values) as JSON/YAML; False when the caller should print a table."""
+    _wide[0] = fmt == OutputFormat.WIDE
     data = plain(data)
     if fmt == OutputFormat.JSON:
         print(json.dumps(data, indent=2, ensure_ascii=False))
@@ -46,13 +56,29 @@ def emit_data(data, fmt: OutputFormat) -> bool:
     return False
 
 
+def wide() -> bool:
+    """Was -o wide asked for (nothing is shortened)?"""
+    return _wide[0]
+
+
+def cell(value) -> Text:
+    """A table cell as plain text: names, messages and patterns such as `[a-z0-9]` are not
+    Rich markup (pass a `Text` for styled cells, e.g. Text.from_markup)."""
+    if isinstance(value, Text):
+        return value
+    return Text("" if value is None else str(value))
+
+
 def table(columns: list[str], rows: list[list], title: str | None = None) -> None:
     t = Table(title=title, show_lines=False, header_style="bold")
     for col in columns:
         t.add_column(col)
     for row in rows:
-        t.add_row(*["" if v is None else str(v) for v in row])
-    console.print(t)
+        t.add_row(*[cell(v) for v in row])
+    if _wide[0]:
+        Console(soft_wrap=True, width=UNBOUNDED).print(t)  # -o wide: every cell whole, whatever the terminal
+    else:
+        console.print(t)
 
 
 def placements_text(placements: list) -> str:

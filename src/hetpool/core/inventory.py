@@ -125,6 +125,7 @@ class ClusterSpec(ObjectSpec):
     backend: BackendKind = BackendKind.LOCAL
     zone: Name = "default"
     region: ShortText = ""
+    owner: ShortText = Field(default="", description="who answers for it (a team, a tenant or a person): shown in its profile")
     backend_config: ConfigMap = Field(default={}, description="backend connection settings (opaque to the scheduler)")
 
 
@@ -163,6 +164,7 @@ class NodeSpec(ObjectSpec):
     cluster: Name
     zone: Name | None = Field(default=None, description="defaults to the cluster's zone")
     network_group: ShortText = ""
+    owner: ShortText = Field(default="", description="who answers for it (a team, a tenant or a person): shown in its profile")
     arch: Literal["x86_64", "aarch64"] = "x86_64"
     cpu_cores: int = Field(ge=1, le=MAX_CPU_CORES)
     memory_gb: MemoryGB
@@ -192,6 +194,7 @@ class PoolSpec(ObjectSpec):
     cluster: Name
     model: Name
     nodes: list[Name] = Field(min_length=1)
+    owner: ShortText = Field(default="", description="who answers for it (a team, a tenant or a person): shown in its profile")
     stack: SoftwareStack | None = Field(default=None, description="default stack for nodes that do not declare one")
     price_per_hour: Price = Field(default=0.0, description="per device per hour, at most 1,000,000")
     reserved_for: Reservation | None = None
