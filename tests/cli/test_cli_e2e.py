@@ -20,6 +20,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
 from tests.conftest import REPO, TASKS_DIR, database_url
 
@@ -184,3 +185,36 @@ def test_server_killed_mid_run_reconciles_without_losing_or_restarting(server: S
     assert task["state"] == "succeeded"
     assert server.cli("logs", task_id).stdout.splitlines() == ["start", "finished"]  # ran exactly once
     assert server.cli("audit", "verify").returncode == 0
+
+
+@pytest.mark.parametrize("db_kind", ["sqlite"])  # CLI behaviour
+def test_tables_are_whole_when_piped_and_text_is_never_markup(server: Server, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"} | {"HETPOOL_URL": server.url, "HETPOOL_TOKEN": server.token or ""}
+
+    def piped(*args: str, columns: str | None = None) -> str:
+        extra = {"COLUMNS": columns} if columns else {}
+        done = subprocess.run(
+            [sys.executable, "-m", "hetpool.cli.main", *args], cwd=REPO, env=env | extra, capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    # Piped (no terminal, no COLUMNS), the table is as wide as it needs: every name whole.
+    pools, listed = piped("get", "pools"), json.loads(piped("get", "pools", "-o", "json"))
+    assert all(p["name"] in pools and p["model"] in pools for p in listed)
+    assert max(len(line) for line in pools.splitlines()) > 80
+    # -o wide: whole on a narrow terminal too; the plain table there is cut.
+    assert all(p["model"] in piped("get", "pools", "-o", "wide", columns="40") for p in listed)
+    assert not all(p["model"] in piped("get", "pools", columns="40") for p in listed)
+    # Text is text: a description with brackets is shown as written, not eaten as Rich markup.
+    doc = tmp_path / "tenant.yaml"
+    doc.write_text("kind: Tenant\nname: markup-team\ndescription: 'ids match [a-z0-9]+ and [bold]this[/bold] stays'\n")
+    server.cli("apply", "-f", str(doc))
+    assert "ids match [a-z0-9]+ and [bold]this[/bold] stays" in piped("get", "tenants")
+    # get clusters shows the backend and where each cluster is; describe node its zone.
+    clusters = piped("get", "clusters")
+    assert all(word in clusters for word in ("BACKEND", "ZONE", "OWNER"))
+    row = next(line for line in clusters.splitlines() if "gz-general" in line)
+    assert "local" in row and " gz " in row and "infra/data" in row
+    node = yaml.safe_load(piped("describe", "node", "cpu-01"))
+    assert node["zone"] == "gz" and node["zone_from"] == "cluster gz-general"
