@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from hetpool import __version__
 from hetpool.cli.render import console
@@ -54,7 +55,7 @@ def register(app: typer.Typer) -> None:
                 raise typer.BadParameter(f"--python-env {env!r}: no such file or directory")
         report = describe_host(cluster, name, saved, python_envs=python_env or None)
         for warning in report.warnings:
-            console.print(f"[yellow]warning[/yellow]: {warning}")
+            console.print(f"[yellow]warning[/yellow]: {escape(warning)}")
         with _client(url, token) as client:
             _register(client, report, pool)
             devices = ", ".join(f"{g['count']}x{g['model']}" for g in report.node["devices"])

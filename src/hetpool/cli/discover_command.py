@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from hetpool.cli.render import OutputFormat, console, emit_data, table
 
@@ -49,4 +50,4 @@ def register(app: typer.Typer) -> None:
             [[d["index"], d["name"], d["model"], d["vendor"], d.get("memory_mib") or "-", d["health"]] for d in result["devices"]],
         )
         for warning in result.get("warnings", []):
-            console.print(f"[yellow]warning[/yellow]: {warning}")
+            console.print(f"[yellow]warning[/yellow]: {escape(warning)}")

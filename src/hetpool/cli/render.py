@@ -10,6 +10,7 @@ from enum import StrEnum
 import yaml
 from pydantic import BaseModel
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -96,7 +97,7 @@ def _sent(model: BaseModel, field: str, default):
 
 def plan_report(plan: PlanResponse) -> None:
     if plan.feasible:
-        console.print(f"[green]feasible[/green] — {plan.explanation['summary']}")
+        console.print(f"[green]feasible[/green] — {escape(plan.explanation['summary'])}")
         table(
             ["rank", "node", "pool", "model", "devices"],
             [[p["rank"], p["node"], p["pool"], p["model"], ",".join(map(str, p["devices"])) or "-"] for p in plan.placements],
@@ -107,17 +108,17 @@ def plan_report(plan: PlanResponse) -> None:
         )
         backend = plan.backend or {}
         if backend:
-            console.print(f"runs on: {backend['kind']} backend of cluster {backend['cluster']}")
+            console.print(f"runs on: {escape(str(backend['kind']))} backend of cluster {escape(str(backend['cluster']))}")
             for gap in backend.get("unsupported", []):
-                console.print(f"[red]cannot dispatch[/red]: {gap['reason']}")
+                console.print(f"[red]cannot dispatch[/red]: {escape(gap['reason'])}")
             for limit in backend.get("limits", []):
-                console.print(f"engine limits: {limit['feature']}: {limit['reason']}")
+                console.print(f"engine limits: {escape(limit['feature'])}: {escape(limit['reason'])}")
     elif plan.explanation.get("reason") == "exceeds_quota":
         # A verdict, not a wait: submit refuses it (422 exceeds_quota).
-        console.print(f"[red]refused at submit[/red] — {plan.explanation['summary']}")
+        console.print(f"[red]refused at submit[/red] — {escape(plan.explanation['summary'])}")
     else:
         colour = "red" if not plan.fits_when_idle else "yellow"
-        console.print(f"[{colour}]not feasible now[/{colour}] — {plan.explanation['summary']}")
+        console.print(f"[{colour}]not feasible now[/{colour}] — {escape(plan.explanation['summary'])}")
         table(["reason", "count"], [[r, c] for r, c in sorted(plan.reasons.items(), key=lambda x: -x[1])])
     attempts = plan.explanation["attempts"]
     if attempts:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import typer
+from rich.markup import escape
 
 from hetpool.cli.render import OutputFormat, console, emit_data, table
 
@@ -33,7 +34,7 @@ def register(app: typer.Typer) -> None:
             for name in data.kept_down:
                 console.print(f"  node/{name} gone from {data.connector}; kept as down until its work ends")
             for warning in data.warnings:
-                console.print(f"  [yellow]warning[/yellow]: {warning}")
+                console.print(f"  [yellow]warning[/yellow]: {escape(warning)}")
             return
         table(
             ["CLUSTER", "CONNECTOR", "OK", "LAST ATTEMPT", "NODES", "ERROR"],
