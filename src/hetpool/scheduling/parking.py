@@ -56,6 +56,8 @@ class Parked:
     # It fits no pool even idle and healthy: only a new inventory (a new snapshot), a spec
     # or a policy change can change that — not capacity, not what runs, not health.
     never: bool = False
+    # (whole devices, CPU, memory GB) one worker needs, or None (slices: see worker_demand).
+    demand: tuple[int, float, float] | None = None
     cycles: int = 0
 
 
@@ -68,18 +70,61 @@ class Parking:
     # The capacity at the end of the previous cycle: device shares, CPU, memory, health.
     after: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
 
-    def grown_pools(self, snap: Snapshot) -> np.ndarray:
-        """Per pool: did anything on it grow since the end of the previous cycle?"""
+    def grown_rows(self, snap: Snapshot) -> np.ndarray | None:
+        """The rows where anything grew since the end of the previous cycle (None: no
+        reference to compare with, so everything may have)."""
         if self.after is None or self.after[0].shape != snap.dev_free.data.shape:
-            return np.ones(len(snap.pools), dtype=bool)
+            return None
         dev, cpu, mem, healthy = self.after
         eps = 1e-9
         node_grew = (snap.free_cpu > cpu + eps) | (snap.free_mem > mem + eps) | (snap.node_healthy & ~healthy)
-        row_grew = (snap.dev_free.data > dev + eps).any(axis=1) | node_grew[snap.row_node]
-        return np.bincount(snap.row_pool[row_grew], minlength=len(snap.pools)) > 0
+        return np.flatnonzero((snap.dev_free.data > dev + eps).any(axis=1) | node_grew[snap.row_node])
 
     def remember(self, working: Snapshot) -> None:
         self.after = (working.dev_free.data.copy(), working.free_cpu.copy(), working.free_mem.copy(), working.node_healthy.copy())
+
+
+class Growth:
+    """Where capacity grew, and whether that can help a parked head: only a grown row that
+    can now hold one whole worker of it (its devices, its node's CPU and memory, healthy)
+    can — every worker sits on one row, so a row that cannot hold one adds nothing to any
+    placement. That holds for placing alone: a head with work it could evict on its pools
+    counts any growth there (a little more free beside a victim may be enough once the
+    victim goes), as does a head asking for slices."""
+
+    def __init__(self, snap: Snapshot, rows: np.ndarray | None) -> None:
+        self.everything = rows is None
+        self.rows = rows if rows is not None else np.zeros(0, dtype=np.int64)
+        nodes = snap.row_node[self.rows]
+        self.pool = snap.row_pool[self.rows]
+        self.whole = snap.row_free_whole[self.rows]
+        self.cpu, self.mem, self.healthy = snap.free_cpu[nodes], snap.free_mem[nodes], snap.node_healthy[nodes]
+        self.pools_grown = set(self.pool.tolist())
+        self.memo: dict[tuple, bool] = {}
+
+    def helps(self, pools: frozenset[int], demand: tuple[int, float, float] | None) -> bool:
+        if self.everything:
+            return True
+        if not self.pools_grown & pools:
+            return False
+        if demand is None:
+            return True
+        key = (pools, demand)
+        if key not in self.memo:
+            whole, cpu, mem = demand
+            on_pools = np.isin(self.pool, list(pools))
+            fits = on_pools & self.healthy & (self.whole >= whole) & (self.cpu >= cpu - 1e-9) & (self.mem >= mem - 1e-9)
+            self.memo[key] = bool(fits.any())
+        return self.memo[key]
+
+
+def worker_demand(spec: TaskSpec) -> tuple[int, float, float] | None:
+    """(whole devices, CPU, memory GB) of one worker; None when it asks for a slice."""
+    per_worker = spec.per_worker
+    devices = per_worker.devices
+    if devices is not None and (devices.count < 1 or devices.memory_gb or devices.cores_percent):
+        return None
+    return (int(devices.count) if devices is not None else 0, float(per_worker.cpu), float(per_worker.memory_gb))
 
 
 def usable_pools(snap: Snapshot, spec: TaskSpec, compat_check: CompatCheck, allowed_pools: set[str] | None) -> frozenset[int]:
@@ -152,14 +197,14 @@ def open_parking(snapshot: Snapshot, policy, running: list[RunningTask], quota, 
     counts = Evictable(snapshot, running, quota)
     if not park.parked:
         return park, counts
-    grown = park.grown_pools(snapshot)
+    grown = Growth(snapshot, park.grown_rows(snapshot))
     for task_id, p in list(park.parked.items()):
         found = queued(task_id)
         if (
             found is None
             or found[0].spec is not p.spec
             or p.cycles >= MAX_PARKED_CYCLES
-            or (not p.never and (any(grown[i] for i in p.pools) or counts.on(p.pools, found[1]) > p.evictable))
+            or (not p.never and (grown.helps(p.pools, p.demand if not p.evictable else None) or counts.on(p.pools, found[1]) > p.evictable))
         ):
             del park.parked[task_id]
         else:
@@ -183,7 +228,8 @@ def close_parking(park: Parking, working: Snapshot, decisions: list, candidates:
         excluded = frozenset(np.flatnonzero(reserved).tolist()) if reserved is not None else frozenset()
         reserves = d.explanation.reason is Reason.WAITING_FOR_CAPACITY and cand.queue.ordering != "fifo"
         evict = 0 if never else counts.on(pools, rank)
-        park.parked[d.task_id] = Parked(cand.item.spec, cand.queue.name, pools, evict, rank, excluded, reserves, never)
+        demand = worker_demand(cand.item.spec)
+        park.parked[d.task_id] = Parked(cand.item.spec, cand.queue.name, pools, evict, rank, excluded, reserves, never, demand)
     if park.parked:  # what the next cycle compares against (nothing to compare: nothing to copy)
         park.remember(working)
     else:
