@@ -89,3 +89,16 @@ def test_a_preemptor_claims_what_it_freed_before_its_victims_come_back() -> None
 
 def _estate_nodes():
     return [node(f"g{i}", "nvidia-h100", 8, stack=CUDA_STACK) for i in range(2)]
+
+
+def test_a_what_if_cycle_leaves_the_schedulers_memory_alone() -> None:
+    """`hetpool plan` runs a cycle on the live snapshot with the planned task added: on a
+    copy with its own memory, it neither moves the rotating scan, nor claims, nor parks."""
+    snap, queue = _estate(), _queue()
+    policy = SchedulingPolicySpec(max_heads_per_cycle=4)
+    run_cycle(snap, queue, CHECK, T0, policy=policy, estimate=False)
+    cursor, parked = list(snap.scan_cursor), dict(snap.parking["state"].parked)
+    assert parked  # the stuck gangs are parked: there is memory to protect
+    run_cycle(snap.with_own_memory(), queue, CHECK, T0, policy=policy.model_copy(update={"estimate_horizon": 999}), estimate=False)
+    assert snap.scan_cursor == cursor and snap.parking["state"].parked == parked
+    assert snap.parking["state"].policy_key == repr(policy)

@@ -219,6 +219,16 @@ class Snapshot:
         clone.pool_free_whole = self.pool_free_whole.copy()
         return clone
 
+    def with_own_memory(self) -> Snapshot:
+        """A copy for a what-if cycle (`hetpool plan`): it shares the derived caches but not
+        the scheduler's memory — the scan cursor, the preemptors' claims, the parked heads —
+        so that planning never moves, claims or parks anything for the real scheduler."""
+        clone = self.copy()
+        clone.scan_cursor = list(self.scan_cursor)
+        clone.preemptors = dict(self.preemptors)
+        clone.parking = {}
+        return clone
+
     def emptied(self) -> Snapshot:
         """The same inventory with nothing allocated (for "could it ever fit?")."""
         empty = self.copy()

@@ -144,5 +144,5 @@ def run_with_planned_task(ctx: ServiceContext, load: CycleLoad, spec: TaskSpec, 
     horizon = max(policy.estimate_horizon or 0, len(load.queue) + 1)
     options["policy"] = policy.model_copy(update={"estimate_horizon": horizon})
     me = QueuedTask(PLANNED_TASK_ID, with_runtime(spec, load.learned), now)
-    result: CycleResult = run_cycle(load.snap, [*load.queue, me], ctx.compat.check, now, **options)
+    result: CycleResult = run_cycle(load.snap.with_own_memory(), [*load.queue, me], ctx.compat.check, now, **options)
     return next(d for d in result.decisions if d.task_id == PLANNED_TASK_ID)
