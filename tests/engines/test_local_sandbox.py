@@ -248,13 +248,13 @@ def test_two_servers_on_one_host_never_hand_out_the_same_uid(make, tmp_path: Pat
 
 def test_a_lease_nobody_will_release_is_taken_back_when_the_range_is_full() -> None:
     # What a server that died with its data dir leaves behind (or a test's deleted tmp dir).
-    stale = UID_LEASES / "60993"
+    stale = UID_LEASES / "61103"  # outside the default range: a concurrent test's job may hold any uid in it
     UID_LEASES.mkdir(parents=True, exist_ok=True)
     stale.write_text("/nonexistent/data/backends/local/jobs/hetpool-gone-1 0")
     try:
-        backend = LocalBackend(Path(f"/var/tmp/hp-lease-{os.getpid()}"), {"run_as_uid_range": "60993-60993"})
+        backend = LocalBackend(Path(f"/var/tmp/hp-lease-{os.getpid()}"), {"run_as_uid_range": "61103-61103"})
         phase, out = run(backend, "after", "id -u")
-        assert phase is JobPhase.SUCCEEDED and out.strip() == "60993"
+        assert phase is JobPhase.SUCCEEDED and out.strip() == "61103"
         # Taken back: the uid went to the new job, whose own lease goes with its teardown
         # (a moment after the job ends, on a busy machine).
         assert not stale.exists() or "hetpool-gone-1" not in stale.read_text()
