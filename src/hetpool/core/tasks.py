@@ -16,6 +16,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import Field, field_validator, model_validator
 
 from hetpool.core.base import Command, EnvVars, Labels, Name, ObjectSpec, ShortText, ShortTexts, SpecModel, Text
+from hetpool.core.goal import Goal
 from hetpool.core.inventory import DeviceClass, TaskType
 from hetpool.core.limits import (
     MAX_DEVICE_MEMORY_GB,
@@ -142,6 +143,7 @@ class TaskSpec(ObjectSpec):
     env: Environment = Environment.DEV
     task_type: TaskType = Field(default=TaskType.GENERAL, alias="type")
     template: Name | None = None
+    goal: Goal | None = Field(default=None, description="what the task is for (model, method, targets); sizes a task that names no devices")
     framework: FrameworkRequest | None = None
     workers: int = Field(default=1, ge=1, le=MAX_WORKERS)
     per_worker: WorkerDemand = WorkerDemand()
@@ -217,6 +219,7 @@ class TaskSpec(ObjectSpec):
             "kind",
             "runtime_estimate",
             "data",
+            "goal",
         }
         return f"{bool(self.image)}|{self.model_dump_json(exclude=exclude)}"
 
@@ -231,13 +234,14 @@ class TaskSpec(ObjectSpec):
 
 _NOT_SHAPE = {
     *("name", "tenant", "command", "env_vars", "labels", "description"),
-    *("max_runtime", "template", "image", "kind", "runtime_estimate", "data"),
+    *("max_runtime", "template", "image", "kind", "runtime_estimate", "data", "goal"),
 }
 
 
 class TaskDefaults(SpecModel):
     """Fields a template may preset; a task's own values win."""
 
+    goal: Goal | None = None
     framework: FrameworkRequest | None = None
     workers: int | None = Field(default=None, ge=1, le=MAX_WORKERS)
     per_worker: WorkerDemand | None = None
@@ -276,6 +280,6 @@ def apply_template(task_fields: dict[str, Any], template: TaskTemplateSpec) -> d
             merged[key] = value
         elif key == "per_worker" and isinstance(merged[key], dict):
             merged[key] = {**value, **merged[key]}
-        elif key == "env_vars" and isinstance(merged[key], dict):
+        elif key in ("env_vars", "goal") and isinstance(merged[key], dict):
             merged[key] = {**value, **merged[key]}
     return merged

@@ -11,8 +11,9 @@ from hetpool.core.tenancy import validate_tenant_path
 from hetpool.server.deps import get_ctx, get_principal
 from hetpool.server.routers.params import Offset
 from hetpool.server.schemas.common import ERROR_RESPONSES
-from hetpool.server.schemas.tasks import LogsResponse, PlanResponse, TaskResponse
+from hetpool.server.schemas.tasks import LogsResponse, PlanResponse, RecommendResponse, TaskResponse
 from hetpool.server.services import access, idempotency, submit_batch, task_lifecycle, task_views
+from hetpool.server.services import recommend as recommend_service
 from hetpool.server.services import tasks as task_service
 from hetpool.server.services.auth import Principal
 from hetpool.server.services.context import ServiceContext
@@ -29,6 +30,15 @@ TASK_EXAMPLE = {
     "framework": {"name": "pytorch", "version": ">=2.3,<2.6"},
     "workers": 2,
     "per_worker": {"devices": {"class": "gpu", "count": 8, "min_memory_gb": 80}, "cpu": 16, "memory_gb": 64},
+    "command": "torchrun train.py",
+}
+
+GOAL_EXAMPLE = {
+    "name": "sft-8b",
+    "tenant": "ai-lab/nlp/llm-sft",
+    "type": "training",
+    "framework": {"name": "pytorch", "version": ">=2.4"},
+    "goal": {"model": "llama3.1-8b", "method": "lora", "precision": "bf16", "seq_len": 4096, "tokens": 2e9, "deadline": "48h", "max_cost": 2000},
     "command": "torchrun train.py",
 }
 
@@ -68,6 +78,21 @@ def plan(
     access.require(user, "task.submit", doc_tenant(doc))
     with ctx.db.transaction() as session:
         return task_service.plan(ctx, session, _strip_kind(doc))
+
+
+@router.post(
+    "/recommend",
+    response_model=RecommendResponse,
+    summary="Ranked ways to run a task's goal (device model × count × pool), with start, completion, cost and targets met",
+)
+def recommend(
+    doc: dict[str, Any] = Body(..., examples=[GOAL_EXAMPLE]),
+    ctx: ServiceContext = Depends(get_ctx),
+    user: Principal = Depends(get_principal),
+) -> dict:
+    access.require(user, "task.submit", doc_tenant(doc))
+    with ctx.db.transaction() as session:
+        return recommend_service.recommend(ctx, session, _strip_kind(doc), task_service.plan)
 
 
 @router.post(

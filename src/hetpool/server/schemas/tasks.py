@@ -76,6 +76,36 @@ class PlanResponse(ApiModel):
     task: Document = Field(description="the task as it would be submitted")
 
 
+class RecommendedOption(ApiModel):
+    """One way to run a goal: device model × count × pool, when it would start and end,
+    what it costs, which targets it meets and why; `task` submits it as an ordinary task."""
+
+    model: str
+    count: int = Field(description="devices in all")
+    pool: str
+    workers: int
+    devices_per_worker: int
+    estimated_start: str | None = Field(description="ISO time; null when the pool is busy with work of unknown length")
+    estimated_completion: str | None = None
+    estimated_runtime_s: Number | None = None
+    estimated_runtime: str | None = None
+    cost: Number | None = Field(default=None, description="estimated total, in the pools' price unit; null for a service")
+    cost_per_hour: Number
+    startable_now: bool
+    meets: dict[str, bool] = Field(description="each target of the goal (deadline, max_cost, latency, throughput): met or not")
+    reasons: list[str]
+    sizing: dict[str, Any] = Field(description="memory per device (GiB), parallelism, tokens/s, latency")
+    task: Document = Field(description="the task to submit for this option, with its fallback order")
+
+
+class RecommendResponse(ApiModel):
+    goal: dict[str, Any]
+    model: dict[str, Any] = Field(description="the model sized: name, params_b, shape_from (a params-only goal's stand-in)")
+    deadline: str | None = None
+    options: list[RecommendedOption] = Field(description="best first: every target met, then earliest completion, then cost")
+    excluded: list[dict[str, Any]] = Field(description="pools left out, each with the reason")
+
+
 class LogsResponse(ApiModel):
     text: str
     offset: int = Field(description="where to read on from")

@@ -24,7 +24,7 @@ from hetpool.scheduling.quota_view import QuotaCeiling
 from hetpool.scheduling.snapshot import Snapshot
 from hetpool.server import tracing
 from hetpool.server.db.models import TaskRow
-from hetpool.server.services import approvals, audit
+from hetpool.server.services import approvals, audit, recommend
 from hetpool.server.services import quota as quota_service
 from hetpool.server.services.cluster_state import admission_verdict, idle_snapshot, inventory_at, read_inventory, recent_live_snapshot
 from hetpool.server.services.context import ServiceContext
@@ -82,6 +82,9 @@ def new_task_id() -> str:
 
 
 def plan(ctx: ServiceContext, session: Session, raw: dict) -> dict:
+    raw = recommend.pin_deadline(raw, ctx.clock.now())
+    if recommend.sizes_itself(raw):
+        raw = recommend.sized_document(ctx, session, raw, plan)  # what submit would queue
     inv = read_inventory(ctx, session)
     spec = resolve_task_spec(inv, raw, ctx.compat)
     now = ctx.clock.now()
@@ -138,6 +141,10 @@ def submit(ctx: ServiceContext, session: Session, raw: dict, actor: str, view: A
     raises before anything is added."""
     view = view or AdmissionView.read(ctx, session)
     inv, idle = view.inv, view.idle
+    raw = recommend.pin_deadline(raw, ctx.clock.now())
+    if recommend.sizes_itself(raw):
+        # A goal and no devices: the top-ranked recommendation becomes the task.
+        raw = recommend.sized_document(ctx, session, raw, plan)
     spec = resolve_task_spec(inv, raw, ctx.compat)
     never_fits = admission_verdict(ctx, view.idle_key, "fit", spec, lambda: _never_fits(ctx, inv, idle, spec))
     if never_fits is not None:
