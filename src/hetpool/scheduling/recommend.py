@@ -89,10 +89,11 @@ def judge(option: Option, goal: Goal, now: datetime) -> None:
         else:
             option.meets["deadline"] = completion <= deadline
             left = (deadline - completion).total_seconds()
-            verb = "finishes" if left >= 0 else "misses the deadline:"
-            option.reasons.append(
-                f"deadline: {verb} {format_duration(abs(left))} {'before' if left >= 0 else 'late'}, after a runtime of {format_duration(option.runtime_s)}"
-            )
+            runtime = format_duration(option.runtime_s)
+            if left >= 0:
+                option.reasons.append(f"deadline: finishes {format_duration(left)} before it, after a runtime of {runtime}")
+            else:
+                option.reasons.append(f"deadline: misses it by {format_duration(-left)}, after a runtime of {runtime}")
     if goal.max_cost is not None:
         cost = option.cost
         if cost is None:

@@ -25,6 +25,7 @@ from hetpool.catalog.task_types import task_type_verdict
 from hetpool.core.errors import SpecError
 from hetpool.core.goal import Goal
 from hetpool.core.inventory import DeviceClass, TaskType
+from hetpool.core.specs import parse_spec
 from hetpool.core.tasks import apply_template
 from hetpool.scheduling.recommend import Option, fallback_orders, judge, rank
 from hetpool.server.services.cluster_state import read_inventory
@@ -130,10 +131,8 @@ def _with_template(inv: Inventory, raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def _goal_of(raw: dict[str, Any]) -> Goal:
-    try:
-        goal = Goal.model_validate(raw.get("goal") or {})
-    except ValueError as exc:
-        raise SpecError(f"goal: {exc}") from exc
+    # The whole document, so that every field's error reads as submit's does (the field named).
+    goal = parse_spec({**raw, "kind": "Task"}).goal or Goal()
     if not goal.sizes:
         raise SpecError(
             "goal: name the model (goal.model, e.g. llama3.1-8b, or goal.params, e.g. 13B) and goal.method to get options",
@@ -145,7 +144,13 @@ def _goal_of(raw: dict[str, Any]) -> Goal:
 def _workload(goal: Goal):
     table = builtin_models()
     if goal.model:
-        return workload(goal, table.require(goal.model))
+        card = table.require(goal.model)
+        if card.max_seq_len and goal.seq_len > card.max_seq_len:
+            raise SpecError(
+                f"goal.seq_len: {goal.seq_len} is above {card.name}'s context of {card.max_seq_len} tokens",
+                details=[{"loc": "goal.seq_len", "msg": f"at most {card.max_seq_len} for {card.name}"}],
+            )
+        return workload(goal, card)
     return workload(goal, None, nearest_dense(list(table.cards.values()), goal.params))
 
 
