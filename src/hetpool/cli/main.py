@@ -15,7 +15,7 @@ from hetpool import __version__
 from hetpool.cli import render
 from hetpool.cli.config import load_config, save_config
 from hetpool.cli.files import read_documents, read_single_task
-from hetpool.cli.render import OutputFormat, console, emit_data, err_console, placements_text, plain, plan_report, table
+from hetpool.cli.render import OutputFormat, console, emit_data, err_console, placements_text, plain, plan_report, recommend_report, table
 from hetpool.client import ApiError, HetpoolClient
 from hetpool.core.errors import HetpoolError
 from hetpool.core.specs import resolve_kind
@@ -256,13 +256,35 @@ def submit(
 
 @app.command()
 @handles_errors
-def plan(file: str = FileOpt, url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutOpt) -> None:
-    """Show where a task would run now, the fallback taken and why; commits nothing."""
+def plan(
+    file: str = FileOpt,
+    goal: bool = typer.Option(False, "--goal", help="ranked options for the task's goal: device model × count × pool, start, completion, cost"),
+    submit_option: int = typer.Option(None, "--submit", min=1, help="with --goal: submit option N (1 = the best) as an ordinary task"),
+    url: str = UrlOpt,
+    token: str = TokenOpt,
+    output: OutputFormat = OutOpt,
+) -> None:
+    """Show where a task would run now, the fallback taken and why; commits nothing
+    (with --goal: the ways to run its goal, best first; --submit N submits one)."""
     task = read_single_task(file)
     with _client(url, token) as client:
-        result = client.plan(task)
-    if not emit_data(result, output):
-        plan_report(result)
+        if not goal:
+            if submit_option is not None:
+                raise typer.BadParameter("--submit needs --goal", param_hint="--submit")
+            result = client.plan(task)
+            if not emit_data(result, output):
+                plan_report(result)
+            return
+        answer = client.recommend(task)
+        if submit_option is None:
+            if not emit_data(answer, output):
+                recommend_report(answer)
+            return
+        if submit_option > len(answer.options):
+            raise typer.BadParameter(f"there are {len(answer.options)} options", param_hint="--submit")
+        created = client.submit(answer.options[submit_option - 1].task, idempotency_key=f"cli-{uuid.uuid4()}")
+    if not emit_data(created, output):
+        print(created.id)
 
 
 @app.command()

@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from hetpool.server.schemas.tasks import PlanResponse
+from hetpool.server.schemas.tasks import PlanResponse, RecommendResponse
 
 # Piped or redirected (not a terminal, no COLUMNS set), a table is never cut to 80 columns:
 # what a script greps for (a pool name, a node) must be there whole.
@@ -127,3 +127,26 @@ def plan_report(plan: PlanResponse) -> None:
             [[a["candidate"], a["outcome"], a["workers_fit"], "; ".join(f"{k} ({v})" for k, v in a["reasons"].items())] for a in attempts],
             title="candidates tried (in order)",
         )
+
+
+def recommend_report(answer: RecommendResponse) -> None:
+    """The ranked options side by side, each option's reasons, and the pools left out."""
+    model = answer.model
+    sized = model.get("name") or f"{model.get('params_b')}B parameters (shaped like {model.get('shape_from')})"
+    console.print(
+        f"goal: {escape(str(answer.goal.get('method')))} of {escape(str(sized))}" + (f" · deadline {answer.deadline}" if answer.deadline else "")
+    )
+    if not answer.options:
+        console.print("[red]no option[/red]: no pool can run it (see the pools left out below)")
+    rows = []
+    for i, o in enumerate(answer.options, 1):
+        meets = " ".join(f"{k}:{'yes' if ok else 'NO'}" for k, ok in o.meets.items()) or "-"
+        start = "now" if o.startable_now else (o.estimated_start or "unknown")
+        cost = f"{o.cost:,.2f}" if o.cost is not None else f"{o.cost_per_hour:,.2f}/h"
+        rows.append([i, o.model, o.count, o.pool, start, o.estimated_completion or "-", o.estimated_runtime or "-", cost, meets])
+    if rows:
+        table(["#", "model", "count", "pool", "start", "completion", "runtime", "cost", "meets"], rows, title="options (best first)")
+        for i, o in enumerate(answer.options, 1):
+            console.print(f"{i}. " + escape("; ".join(o.reasons)))
+    if answer.excluded:
+        table(["pool", "model", "why not"], [[e.get("pool"), e.get("model"), e.get("reason")] for e in answer.excluded], title="pools left out")

@@ -23,7 +23,7 @@ from hetpool.server.schemas.inventory import ApplyResponse, ApplyResult, HeldCha
 from hetpool.server.schemas.meta import HealthResponse
 from hetpool.server.schemas.quotas import QuotaUsage
 from hetpool.server.schemas.sim import HistoryTrace, TraceLine
-from hetpool.server.schemas.tasks import LogsResponse, PlanResponse, TaskResponse
+from hetpool.server.schemas.tasks import LogsResponse, PlanResponse, RecommendResponse, TaskResponse
 from hetpool.server.schemas.users import NewTokenResponse, TokenResponse, UserResponse, WhoamiResponse
 
 
@@ -90,6 +90,9 @@ class HetpoolClient:
     # -- tasks -----------------------------------------------------------------
     def plan(self, task: dict) -> PlanResponse:
         return PlanResponse.model_validate(self._request("POST", "/api/v1/tasks/plan", json=task))
+
+    def recommend(self, task: dict) -> RecommendResponse:
+        return RecommendResponse.model_validate(self._request("POST", "/api/v1/tasks/recommend", json=task))
 
     def submit(self, task: dict, idempotency_key: str | None = None, retries: int = 1) -> TaskResponse:
         """With a key, a lost connection is retried (`retries` times) with the same key:
