@@ -23,7 +23,7 @@ def test_plan_goal_ranks_options_and_submits_one(server: Server) -> None:  # noq
         assert set(option["meets"]) == {"deadline", "max_cost"}
     assert all(options[0]["meets"].values())
     human = server.cli("plan", "--goal", "-f", GOAL_FILE).stdout
-    assert "options (best first)" in human and "bj-a100-80g" in human and "pools left out" in human
+    assert "options (best first)" in human and "bj-a100-80g" in human and "pools left out" in human and "all targets" in human
     assert "sh-910b2-cann80rc1" in human  # left out, with its reason (old CANN, no PyTorch 2.4)
     task_id = server.cli("plan", "--goal", "-f", GOAL_FILE, "--submit", "1").stdout.strip()
     task = server.task(task_id)

@@ -133,20 +133,38 @@ def recommend_report(answer: RecommendResponse) -> None:
     """The ranked options side by side, each option's reasons, and the pools left out."""
     model = answer.model
     sized = model.get("name") or f"{model.get('params_b')}B parameters (shaped like {model.get('shape_from')})"
-    console.print(
-        f"goal: {escape(str(answer.goal.get('method')))} of {escape(str(sized))}" + (f" · deadline {answer.deadline}" if answer.deadline else "")
-    )
+    deadline = f" · deadline {_minute(answer.deadline)} UTC" if answer.deadline else ""
+    console.print(f"goal: {escape(str(answer.goal.get('method')))} of {escape(str(sized))}{deadline}")
     if not answer.options:
         console.print("[red]no option[/red]: no pool can run it (see the pools left out below)")
     rows = []
     for i, o in enumerate(answer.options, 1):
-        meets = " ".join(f"{k}:{'yes' if ok else 'NO'}" for k, ok in o.meets.items()) or "-"
-        start = "now" if o.startable_now else (o.estimated_start or "unknown")
+        missed = [k for k, ok in o.meets.items() if not ok]
+        meets = ("misses " + ",".join(missed)) if missed else ("all targets" if o.meets else "-")
+        start = "now" if o.startable_now else (_minute(o.estimated_start) if o.estimated_start else "unknown")
         cost = f"{o.cost:,.2f}" if o.cost is not None else f"{o.cost_per_hour:,.2f}/h"
-        rows.append([i, o.model, o.count, o.pool, start, o.estimated_completion or "-", o.estimated_runtime or "-", cost, meets])
+        rows.append(
+            [
+                i,
+                o.model,
+                o.count,
+                o.pool,
+                start,
+                _minute(o.estimated_completion) if o.estimated_completion else "-",
+                o.estimated_runtime or "-",
+                cost,
+                meets,
+            ]
+        )
     if rows:
-        table(["#", "model", "count", "pool", "start", "completion", "runtime", "cost", "meets"], rows, title="options (best first)")
+        headers = ["#", "model", "count", "pool", "start (UTC)", "completion (UTC)", "runtime", "cost", "targets"]
+        table(headers, rows, title="options (best first)")
         for i, o in enumerate(answer.options, 1):
             console.print(f"{i}. " + escape("; ".join(o.reasons)))
     if answer.excluded:
         table(["pool", "model", "why not"], [[e.get("pool"), e.get("model"), e.get("reason")] for e in answer.excluded], title="pools left out")
+
+
+def _minute(iso: str) -> str:
+    """An ISO time as a person reads it in a table: to the minute, in UTC."""
+    return iso[:16].replace("T", " ") if len(iso) >= 16 and iso.endswith(("+00:00", "Z")) else iso

@@ -59,7 +59,7 @@ def recommend(ctx: ServiceContext, session: Session, raw: dict[str, Any], plan_t
             excluded.append(_excluded(inv, pool, exc.message))
             continue
         if not plan["fits_when_idle"] or plan["explanation"].get("facts", {}).get("refused_at_submit"):
-            excluded.append(_excluded(inv, pool, plan["explanation"].get("summary") or "does not fit"))
+            excluded.append(_excluded(inv, pool, _why_not(plan)))
             continue
         options.append(_option(inv, pool, sizing, doc, plan, now))
     for option in options:
@@ -174,7 +174,7 @@ def _sized_candidates(inv: Inventory, goal: Goal, load, base: dict, now: datetim
             continue
         verdict = task_type_verdict(model, task_type)
         if not verdict.ok:
-            excluded.append(_excluded(inv, pool.name, verdict.why))
+            excluded.append(_excluded(inv, pool.name, f"does not take {task_type.value} work: {verdict.why}"))
             continue
         per_node, capacity = _pool_shape(inv, pool)
         if capacity == 0:
@@ -237,6 +237,14 @@ def _option(inv: Inventory, pool: str, sizing: Sizing, doc: dict, plan: dict, no
         startable_now=bool(plan.get("feasible")),
         task=doc,
     )
+
+
+def _why_not(plan: dict) -> str:
+    """The plan's own reasons for the pool's nodes (its summary counts the whole estate)."""
+    reasons = plan.get("reasons") or {}
+    if reasons:
+        return "; ".join(sorted(reasons, key=lambda r: -reasons[r]))
+    return plan["explanation"].get("summary") or "does not fit"
 
 
 def _excluded(inv: Inventory, pool: str, reason: str) -> dict:
