@@ -168,3 +168,28 @@ def test_a_member_gets_options_only_for_their_own_tenant(demo: TestClient):
     own = member.post("/api/v1/tasks/recommend", json={**BASE, "tenant": "ai-lab/cv", "name": "x", "goal": goal})
     assert own.status_code == 200 and own.json()["options"]
     assert all(o["task"]["tenant"] == "ai-lab/cv" for o in own.json()["options"])
+
+
+def test_a_template_presets_the_goal_and_its_device_counts_give_way(demo: TestClient):
+    template = {
+        "kind": "TaskTemplate",
+        "name": "llm-lora",
+        "type": "training",
+        "defaults": {
+            "framework": {"name": "pytorch", "version": ">=2.4"},
+            "goal": {"method": "lora", "precision": "bf16", "seq_len": 2048},
+            "per_worker": {"devices": {"class": "gpu", "count": 8}, "cpu": 12, "memory_gb": 96},
+        },
+    }
+    assert demo.post("/api/v1/apply", json={"documents": [template]}).status_code == 200
+    doc = {"tenant": BASE["tenant"], "name": "from-template", "template": "llm-lora", "goal": {"model": "llama3.1-8b", "tokens": 1e9}}
+    answer = demo.post("/api/v1/tasks/recommend", json=doc).json()
+    assert answer["goal"]["method"] == "lora" and answer["goal"]["seq_len"] == 2048 and answer["goal"]["model"] == "llama3.1-8b"
+    counts = {o["count"] for o in answer["options"]}
+    assert 1 in counts  # the template's 8 per worker gave way to the sizing
+    one = next(o for o in answer["options"] if o["count"] == 1)
+    assert one["task"]["per_worker"]["cpu"] == 12 and one["task"]["per_worker"]["memory_gb"] == 96  # the template's host shape stays
+    created = demo.post("/api/v1/tasks", json=doc)
+    assert created.status_code == 201, created.text
+    spec = demo.get(f"/api/v1/tasks/{created.json()['id']}").json()["spec"]
+    assert spec["template"] == "llm-lora" and spec["goal"]["seq_len"] == 2048

@@ -94,18 +94,19 @@ def parse_count(value: Any, what: str, limit: float) -> float:
     return number
 
 
-class Goal(SpecModel):
-    """What the task is for. `model` or `params` says what is run; `method` how."""
+class GoalFields(SpecModel):
+    """A goal's fields, each checked on its own: what a template may preset (a template's
+    goal may give the method without a model)."""
 
     model: Name | None = Field(default=None, description="a model of the built-in table, e.g. llama3.1-8b, qwen2.5-72b")
-    params: float | None = Field(default=None, description="parameters when the model is not in the table: 13B, 7e9, 350M")
+    params: bounded(gt=0, le=MAX_PARAMS) | None = Field(default=None, description="parameters when the model is not in the table: 13B, 7e9, 350M")
     method: Method | None = Field(default=None, description="pretrain, full-finetune, lora, qlora, inference, batch-inference")
     precision: Precision = Field(default=Precision.BF16, description="fp32, bf16, fp16, fp8, int8, int4 (weights and compute)")
     seq_len: bounded(gt=0, le=MAX_SEQ_LEN, kind=int) = Field(default=4096, description="tokens per sequence")
     batch_size: bounded(gt=0, le=MAX_BATCH, kind=int) | None = Field(
         default=None, description="sequences per device step (training micro-batch) or concurrent requests per replica (inference)"
     )
-    tokens: float | None = Field(default=None, description="tokens to process in all (training: over all epochs); 2e9 or '2B'")
+    tokens: bounded(gt=0, le=MAX_TOKENS) | None = Field(default=None, description="tokens to process in all (training: over all epochs); 2e9 or '2B'")
     dataset_size_gb: bounded(gt=0, le=1e9) | None = Field(default=None, description="dataset size, GB (informational)")
     lora_rank: bounded(gt=0, le=4096, kind=int) = Field(default=16, description="LoRA / QLoRA adapter rank")
     deadline: str | None = Field(default=None, description="finish within a duration ('48h') or by a time (ISO 8601 with a zone)")
@@ -140,6 +141,10 @@ class Goal(SpecModel):
             return text
         parse_duration(text, max_s=MAX_DURATION_S)
         return text
+
+
+class Goal(GoalFields):
+    """What the task is for. `model` or `params` says what is run; `method` how."""
 
     @model_validator(mode="after")
     def _what_is_run(self) -> Goal:

@@ -16,7 +16,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import Field, field_validator, model_validator
 
 from hetpool.core.base import Command, EnvVars, Labels, Name, ObjectSpec, ShortText, ShortTexts, SpecModel, Text
-from hetpool.core.goal import Goal
+from hetpool.core.goal import Goal, GoalFields
 from hetpool.core.inventory import DeviceClass, TaskType
 from hetpool.core.limits import (
     MAX_DEVICE_MEMORY_GB,
@@ -241,7 +241,7 @@ _NOT_SHAPE = {
 class TaskDefaults(SpecModel):
     """Fields a template may preset; a task's own values win."""
 
-    goal: Goal | None = None
+    goal: GoalFields | None = Field(default=None, description="goal defaults, e.g. method and precision; the task names the model")
     framework: FrameworkRequest | None = None
     workers: int | None = Field(default=None, ge=1, le=MAX_WORKERS)
     per_worker: WorkerDemand | None = None
@@ -276,6 +276,8 @@ def apply_template(task_fields: dict[str, Any], template: TaskTemplateSpec) -> d
     merged.setdefault("type", template.task_type.value)
     defaults = template.defaults.model_dump(by_alias=True, exclude_none=True, mode="json")
     for key, value in defaults.items():
+        if key == "goal" and not isinstance(merged.get("goal"), dict):
+            continue  # a template's goal defaults complete a task's goal; a task without one keeps its devices
         if key not in merged:
             merged[key] = value
         elif key == "per_worker" and isinstance(merged[key], dict):

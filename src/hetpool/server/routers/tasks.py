@@ -92,7 +92,7 @@ def recommend(
 ) -> dict:
     access.require(user, "task.submit", doc_tenant(doc))
     with ctx.db.transaction() as session:
-        return recommend_service.recommend(ctx, session, _strip_kind(doc), task_service.plan)
+        return recommend_service.recommend(ctx, session, _strip_kind(doc), task_service.planner())
 
 
 @router.post(
@@ -132,13 +132,13 @@ def list_tasks(
     scopes = access.visible_tenants(user)  # other teams' tasks are not listed
     with ctx.db.transaction() as session:
         rows = task_views.list_tasks(session, state=state.value if state else None, tenant=tenant, limit=limit, scopes=scopes)
-        return [task_views.task_response(session, r) for r in rows]
+        return [task_views.task_response(session, r, ctx=ctx) for r in rows]
 
 
 @router.get("/{task_id}", **_TASK, summary="A task with its placement, explanation and timeline")
 def get_task(task_id: str, ctx: ServiceContext = Depends(get_ctx), user: Principal = Depends(get_principal)) -> dict:
     with ctx.db.transaction() as session:
-        return task_views.task_response(session, _visible_row(session, user, task_id, "task.read"), detail=True)
+        return task_views.task_response(session, _visible_row(session, user, task_id, "task.read"), detail=True, ctx=ctx)
 
 
 @router.post("/{task_id}/cancel", **_TASK, summary="Cancel a task (running work is stopped on its backend)")
@@ -146,7 +146,7 @@ def cancel(task_id: str, ctx: ServiceContext = Depends(get_ctx), user: Principal
     with ctx.db.transaction() as session:
         _visible_row(session, user, task_id, "task.cancel")
         row = task_lifecycle.cancel(ctx, session, task_id, user.name)
-        return task_views.task_response(session, row)
+        return task_views.task_response(session, row, ctx=ctx)
 
 
 @router.get("/{task_id}/logs", response_model=LogsResponse, summary="Output of one worker, from a byte offset")

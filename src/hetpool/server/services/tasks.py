@@ -10,6 +10,7 @@ the scheduler's decision, on its next cycle."""
 
 from __future__ import annotations
 
+import functools
 import secrets
 from dataclasses import dataclass, field
 
@@ -81,17 +82,23 @@ def new_task_id() -> str:
     return "t-" + secrets.token_hex(5)
 
 
-def plan(ctx: ServiceContext, session: Session, raw: dict) -> dict:
+def plan(ctx: ServiceContext, session: Session, raw: dict, loads: dict[int, CycleLoad] | None = None) -> dict:
+    """`loads`: cycle inputs by priority rank, shared by the plans of one request (the
+    options of a recommendation are planned against the same queue and estate)."""
     raw = recommend.pin_deadline(raw, ctx.clock.now())
     if recommend.sizes_itself(raw):
-        raw = recommend.sized_document(ctx, session, raw, plan)  # what submit would queue
+        raw = recommend.sized_document(ctx, session, raw, planner())  # what submit would queue
     inv = read_inventory(ctx, session)
     spec = resolve_task_spec(inv, raw, ctx.compat)
     now = ctx.clock.now()
     # The queued tasks it would join behind (its priority or higher), loaded as the
     # scheduler loads them: the plan runs the scheduler's own cycle with it added.
-    ahead = [t for t in queue_cache(ctx).refresh(session) if t.priority_rank >= spec.priority.rank]
-    load = load_cycle(ctx, session, ahead, now)
+    load = loads.get(spec.priority.rank) if loads is not None else None
+    if load is None:
+        ahead = [t for t in queue_cache(ctx).refresh(session) if t.priority_rank >= spec.priority.rank]
+        load = load_cycle(ctx, session, ahead, now)
+        if loads is not None:
+            loads[spec.priority.rank] = load
     snap = load.snap
     # Estimates use the template's learned runtime when the task gives none, as the
     # scheduler does; the returned task document stays what the user asked for.
@@ -107,6 +114,11 @@ def plan(ctx: ServiceContext, session: Session, raw: dict) -> dict:
     body["approval"] = approvals.plan_summary(approvals.evaluate_task(ctx, session, inv, snap, spec))
     body["task"] = spec_to_document(spec)
     return body
+
+
+def planner() -> recommend.Planner:
+    """`plan` for the options of one recommendation: one cycle load shared by all."""
+    return functools.partial(plan, loads={})
 
 
 @dataclass
@@ -144,7 +156,7 @@ def submit(ctx: ServiceContext, session: Session, raw: dict, actor: str, view: A
     raw = recommend.pin_deadline(raw, ctx.clock.now())
     if recommend.sizes_itself(raw):
         # A goal and no devices: the top-ranked recommendation becomes the task.
-        raw = recommend.sized_document(ctx, session, raw, plan)
+        raw = recommend.sized_document(ctx, session, raw, planner())
     spec = resolve_task_spec(inv, raw, ctx.compat)
     never_fits = admission_verdict(ctx, view.idle_key, "fit", spec, lambda: _never_fits(ctx, inv, idle, spec))
     if never_fits is not None:
