@@ -62,6 +62,13 @@ def extra_pools(count: int) -> list[dict]:
     return docs
 
 
+def _top(answer: dict) -> str | None:
+    if not answer["options"]:
+        return None
+    best = answer["options"][0]
+    return f"{best['count']} x {best['model']} @ {best['pool']}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", type=int, default=500)

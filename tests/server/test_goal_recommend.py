@@ -193,3 +193,23 @@ def test_a_template_presets_the_goal_and_its_device_counts_give_way(demo: TestCl
     assert created.status_code == 201, created.text
     spec = demo.get(f"/api/v1/tasks/{created.json()['id']}").json()["spec"]
     assert spec["template"] == "llm-lora" and spec["goal"]["seq_len"] == 2048
+
+
+def test_identical_pools_are_one_option_with_each_other_as_fallback(demo: TestClient):
+    docs = [{"kind": "Cluster", "name": "bj-more", "backend": "local", "zone": "bj"}]
+    for i in range(3):
+        node = {"kind": "Node", "name": f"more-{i}", "cluster": "bj-more", "cpu_cores": 64, "memory_gb": 1024}
+        node |= {
+            "devices": [{"model": "nvidia-l40s", "count": 4}],
+            "stack": {"driver": "550.54.15", "runtime": {"name": "cuda", "version": "12.4"}, "frameworks": {"pytorch": "2.4.1"}},
+        }
+        docs += [
+            node,
+            {"kind": "Pool", "name": f"more-l40s-{i}", "cluster": "bj-more", "model": "nvidia-l40s", "nodes": [f"more-{i}"], "price_per_hour": 6.0},
+        ]
+    assert demo.post("/api/v1/apply", json={"documents": docs}).status_code == 200
+    answer = recommend(demo, "sft-8b", {"model": "llama3.1-8b", "method": "lora", "tokens": 2e9})
+    l40s = [o for o in answer["options"] if o["model"] == "nvidia-l40s"]
+    assert len(l40s) == 1  # one split (the smallest; no deadline), planned once for the three pools
+    assert l40s[0]["pool"] == "more-l40s-0"
+    assert l40s[0]["task"]["fallback"][:3] == ["more-l40s-0", "more-l40s-1", "more-l40s-2"]

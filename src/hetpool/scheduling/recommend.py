@@ -136,9 +136,10 @@ def rank(options: list[Option]) -> list[Option]:
 
 
 def fallback_orders(options: list[Option]) -> None:
-    """Each option's task falls back to the pools of the options after it that need the
-    same split of the same device class (a pool of another split is another task)."""
+    """Each option's task tries its pool, then the identical pools planned with it, then the
+    pools of the options after it that need the same split of the same device class (a
+    pool of another split is another task)."""
     for i, option in enumerate(options):
-        same = [o.pool for o in options[i + 1 :] if (o.device_class, o.count, o.workers) == (option.device_class, option.count, option.workers)]
-        pools = list(dict.fromkeys([option.pool, *same]))
-        option.task["fallback"] = pools
+        split = (option.device_class, option.count, option.workers)
+        later = [p for o in options[i + 1 :] if (o.device_class, o.count, o.workers) == split for p in o.task.get("fallback", [o.pool])]
+        option.task["fallback"] = list(dict.fromkeys([option.pool, *option.task.get("fallback", []), *later]))

@@ -52,16 +52,16 @@ def recommend(ctx: ServiceContext, session: Session, raw: dict[str, Any], plan_t
     load = _workload(goal)
     candidates, excluded = _sized_candidates(inv, goal, load, base, now)
     options = []
-    for pool, sizing, doc in candidates[:MAX_OPTIONS_PLANNED]:
+    for names, sizing, doc in candidates[:MAX_OPTIONS_PLANNED]:
         try:
             plan = plan_task(ctx, session, copy.deepcopy(doc))
         except SpecError as exc:
-            excluded.append(_excluded(inv, pool, exc.message))
+            excluded += [_excluded(inv, n, exc.message) for n in names]
             continue
         if not plan["fits_when_idle"] or plan["explanation"].get("facts", {}).get("refused_at_submit"):
-            excluded.append(_excluded(inv, pool, _why_not(plan)))
+            excluded += [_excluded(inv, n, _why_not(plan)) for n in names]
             continue
-        options.append(_option(inv, pool, sizing, doc, plan, now))
+        options.append(_option(inv, _planned_pool(plan, names), sizing, doc, plan, now))
     for option in options:
         judge(option, goal, now)
     excluded = list({(e["pool"], e["reason"]): e for e in excluded}.values())
@@ -160,37 +160,52 @@ def _pool_shape(inv: Inventory, pool) -> tuple[int, int]:
     return (max(counts) if counts else 0), sum(counts)
 
 
+def _pool_groups(inv: Inventory) -> list[list]:
+    """Pools that are the same option: one device model, the same node size, device count,
+    price and software stacks. A group is sized and planned once, its pools in the task's
+    fallback (an estate of many identical pools costs one plan, not one per pool)."""
+    groups: dict[tuple, list] = {}
+    for pool in sorted(inv.pools.values(), key=lambda p: p.name):
+        nodes = [inv.nodes[n] for n in pool.nodes if n in inv.nodes]
+        stacks = sorted(n.stack.model_dump_json() if n.stack else "" for n in nodes)
+        key = (pool.model, _pool_shape(inv, pool), pool.price_per_hour, pool.shareable, tuple(stacks))
+        groups.setdefault(key, []).append(pool)
+    return list(groups.values())
+
+
 def _sized_candidates(inv: Inventory, goal: Goal, load, base: dict, now: datetime):
-    """(pool, sizing, task document) for every split that fits a pool, fastest first on an
-    idle estate, and the pools left out with the reason."""
+    """(pool names, sizing, task document) for every split that fits a group of identical
+    pools, fastest first on an idle estate, and the pools left out with the reason."""
     ref = Reference.of(inv.catalog.get(REFERENCE_MODEL))
     deadline = goal.deadline_at(now)
     deadline_s = (deadline - now).total_seconds() if deadline else None
     task_type = TaskType(base.get("type") or goal.method.task_type)
     candidates, excluded = [], []
-    for pool in sorted(inv.pools.values(), key=lambda p: p.name):
+    for group in _pool_groups(inv):
+        pool, names = group[0], [p.name for p in group]
         model = inv.catalog.get(pool.model) if pool.model in inv.catalog else None
         if model is None or model.device_class not in ACCELERATORS:
             continue
         verdict = task_type_verdict(model, task_type)
         if not verdict.ok:
-            excluded.append(_excluded(inv, pool.name, f"does not take {task_type.value} work: {verdict.why}"))
+            excluded += [_excluded(inv, n, f"does not take {task_type.value} work: {verdict.why}") for n in names]
             continue
         per_node, capacity = _pool_shape(inv, pool)
         if capacity == 0:
             continue
         for sizing in size(load, model, per_node, ref, deadline_s, max_devices=capacity):
             if not sizing.fits:
-                excluded.append(_excluded(inv, pool.name, sizing.why))
+                excluded += [_excluded(inv, n, sizing.why) for n in names]
             elif sizing.devices > capacity:
-                excluded.append(_excluded(inv, pool.name, f"{sizing.variant} split needs {sizing.devices} × {model.name}; the pool has {capacity}"))
+                why = f"{sizing.variant} split needs {sizing.devices} × {model.name}; the pool has {capacity}"
+                excluded += [_excluded(inv, n, why) for n in names]
             else:
-                candidates.append((pool.name, sizing, _document(inv, pool, model, sizing, base, goal)))
+                candidates.append((names, sizing, _document(inv, pool, names, model, sizing, base, goal)))
     candidates.sort(key=lambda c: (c[1].runtime_s if c[1].runtime_s is not None else math.inf, c[1].devices))
     return candidates, excluded
 
 
-def _document(inv: Inventory, pool, model, sizing: Sizing, base: dict, goal: Goal) -> dict:
+def _document(inv: Inventory, pool, names: list[str], model, sizing: Sizing, base: dict, goal: Goal) -> dict:
     """The ordinary task this option is: the user's fields, the sized devices, this pool."""
     doc = {k: v for k, v in base.items() if k not in ("per_worker", "workers", "fallback", "any_of", "runtime_estimate")}
     doc["type"] = base.get("type") or goal.method.task_type
@@ -214,7 +229,7 @@ def _document(inv: Inventory, pool, model, sizing: Sizing, base: dict, goal: Goa
         doc["runtime_estimate"] = f"{math.ceil(sizing.reference_runtime_s)}s"
     if sizing.needs_island:
         doc["topology"] = {**(base.get("topology") or {}), "device_island": True}
-    doc["fallback"] = [pool.name]
+    doc["fallback"] = list(names)
     return doc
 
 
@@ -237,6 +252,13 @@ def _option(inv: Inventory, pool: str, sizing: Sizing, doc: dict, plan: dict, no
         startable_now=bool(plan.get("feasible")),
         task=doc,
     )
+
+
+def _planned_pool(plan: dict, names: list[str]) -> str:
+    """Where the plan puts it (now, or where it expects it to start), else the group's first."""
+    if plan.get("placements"):
+        return plan["placements"][0]["pool"]
+    return plan.get("estimated_pool") if plan.get("estimated_pool") in names else names[0]
 
 
 def _why_not(plan: dict) -> str:
