@@ -50,6 +50,7 @@ TABLE: dict[str, str] = {
     "DELETE /api/v1/objects/{kind}/{name}": "401 ok 403 403 403 403 403 403 403",
     "GET /api/v1/pools/{name}/profile": "401 ok ok ok ok 403 403 ok ok",
     "POST /api/v1/tasks/plan": "401 ok ok ok 403 403 403 403 403",
+    "POST /api/v1/tasks/recommend": "401 ok ok ok 403 403 403 403 403",
     "POST /api/v1/tasks": "401 ok ok ok 403 403 403 403 403",
     "GET /api/v1/tasks": "401 ok ok ok ok 403 403 ok ok",
     "GET /api/v1/tasks/{task_id}": "401 ok ok ok ok 404 404 404 404",
@@ -60,6 +61,7 @@ TABLE: dict[str, str] = {
     "GET /api/v1/audit/verify": "401 ok 403 403 403 ok 403 403 403",
     "POST /api/v1/audit/checkpoints": "401 ok 403 403 403 ok 403 403 403",
     "POST /api/v1/catalog/compat-check": "401 ok ok ok ok 403 403 ok ok",
+    "GET /api/v1/catalog/open-models": "401 ok ok ok ok 403 403 ok ok",
     "GET /api/v1/sim/history": "401 ok ok ok ok 403 403 ok ok",
     "POST /api/v1/agent/register": "401 422 403 403 403 403 422 403 403",
     "POST /api/v1/agent/heartbeat": "401 404 403 403 403 403 404 403 403",
@@ -123,6 +125,7 @@ TASK = {**example_task("llm-inference.yaml"), "name": "walk-task", "tenant": TEN
 BODIES: dict[str, object] = {
     "POST /api/v1/apply": {"documents": [{"kind": "Tenant", "name": "ai-lab/nlp/walk-new"}]},
     "POST /api/v1/tasks/plan": TASK,
+    "POST /api/v1/tasks/recommend": {"name": "walk-goal", "tenant": TENANT_A, "goal": {"model": "llama3.1-8b", "method": "lora", "tokens": 1e9}},
     "POST /api/v1/tasks": TASK,
     "POST /api/v1/catalog/compat-check": {"pool": "{pool}", "framework": {"name": "pytorch", "version": ">=2.0"}},
     "POST /api/v1/agent/register": {"node": {"name": "walk-node"}},

@@ -79,18 +79,18 @@ def parse_count(value: Any, what: str, limit: float) -> float:
     """A count written by a person: 2e9, "2e9", "2B", "13B", "350M", "1.5T" (B and G
     both mean 1e9). Positive, finite and at most `limit`."""
     if isinstance(value, bool):
-        raise ValueError(f"{what}: expected a number such as 2e9 or '13B'")
+        raise ValueError(f"expected a {what} such as 2e9 or '13B'")
     if isinstance(value, (int, float)):
         number = float(value)
     else:
         match = _COUNT.fullmatch(str(value).strip().lower().replace("_", ""))
         if not match:
-            raise ValueError(f"{what}: {str(value)[:40]!r} is not a count; use e.g. 2e9, '13B', '350M'")
+            raise ValueError(f"{str(value)[:40]!r} is not a count; use e.g. 2e9, '13B', '350M'")
         number = float(match.group(1)) * _SCALE[match.group(2)]
     if not math.isfinite(number) or number <= 0:
-        raise ValueError(f"{what}: must be a positive number")
+        raise ValueError(f"{what} must be a positive number")
     if number > limit:
-        raise ValueError(f"{what}: {number:.3g} is above the limit of {limit:.3g}")
+        raise ValueError(f"{number:.3g} {what} is above the limit of {limit:.3g}")
     return number
 
 
@@ -117,12 +117,12 @@ class GoalFields(SpecModel):
     @field_validator("params", mode="before")
     @classmethod
     def _params(cls, value: Any) -> float | None:
-        return None if value is None else parse_count(value, "goal.params", MAX_PARAMS)
+        return None if value is None else parse_count(value, "params", MAX_PARAMS)
 
     @field_validator("tokens", mode="before")
     @classmethod
     def _tokens(cls, value: Any) -> float | None:
-        return None if value is None else parse_count(value, "goal.tokens", MAX_TOKENS)
+        return None if value is None else parse_count(value, "tokens", MAX_TOKENS)
 
     @field_validator("deadline", mode="before")
     @classmethod
@@ -136,7 +136,7 @@ class GoalFields(SpecModel):
             try:
                 when = datetime.fromisoformat(text)
             except ValueError:
-                raise ValueError(f"goal.deadline: {text[:40]!r} is not an ISO 8601 time; use e.g. '2026-12-04T18:00:00+08:00' or '48h'") from None
+                raise ValueError(f"{text[:40]!r} is not an ISO 8601 time; use e.g. '2026-12-04T18:00:00+08:00' or '48h'") from None
             _aware(when)
             return text
         parse_duration(text, max_s=MAX_DURATION_S)
@@ -178,7 +178,7 @@ def _looks_like_time(text: str) -> bool:
 
 def _aware(when: datetime) -> datetime:
     if when.tzinfo is None:
-        raise ValueError("goal.deadline: a time needs its zone (e.g. '+08:00' or 'Z')")
+        raise ValueError("a time needs its zone (e.g. '+08:00' or 'Z')")
     if abs((when - datetime(2000, 1, 1, tzinfo=UTC)).total_seconds()) > 200 * 365 * DAY_S:
-        raise ValueError("goal.deadline: the time is out of range")
+        raise ValueError("the time is out of range")
     return when.astimezone(UTC)

@@ -4,7 +4,8 @@ A task's acceptable devices form *groups* tried in order: the preferred devices 
 (`per_worker.devices.models` or the device class), then each `fallback:` entry in the
 user's order. `any_of:` entries form one group and the scorer picks among them. Every
 group tried is recorded as an `Attempt` with its outcome and reasons, so a pending task
-can always say why.
+can always say why. A task with a deadline may have the pools that meet it tried first
+(`deadline_first`; which pools, scheduling/deadlines.py).
 """
 
 from __future__ import annotations
@@ -96,6 +97,7 @@ class Assignment:
     fallback_used: bool
     attempts: list[Attempt]
     chosen: str | None = None
+    for_deadline: bool = False  # the deadline step chose it over the usual order (deadline_first)
 
     @property
     def reasons(self) -> Counter:
@@ -111,6 +113,7 @@ class _Group:
     pools: list[int]
     unknown: bool = False
     rank: int = 0  # which of the task's choices it comes from; > 0: a fallback (or any_of after models)
+    for_deadline: bool = False  # put ahead of the usual order, or narrowed, by the deadline step
 
 
 def one_model_gang(task: TaskSpec) -> bool:
@@ -185,6 +188,24 @@ def _one_model_each(snap: Snapshot, task: TaskSpec, groups: list[_Group]) -> lis
         for name in sorted(by_model, key=lambda n: (-speed[n], n)):
             out.append(_Group(f"{group.label}: {name}", by_model[name], rank=group.rank))
     return out
+
+
+def deadline_first(groups: list[_Group], meets: frozenset[int]) -> list[_Group]:
+    """The deadline step: the pools that meet the task's deadline (`meets`) first, each
+    choice in the usual order, then the others in that order. A choice split in two is
+    labelled by its part; a part tried ahead of a pool the usual order would try earlier
+    (or narrowed within its choice) is `for_deadline`."""
+    first: list[_Group] = []
+    rest: list[_Group] = []
+    for group in groups:
+        hit = [i for i in group.pools if i in meets]
+        miss = [i for i in group.pools if i not in meets]
+        if hit:
+            label = f"{group.label} (meets deadline)" if miss else group.label
+            first.append(_Group(label, hit, rank=group.rank, for_deadline=bool(miss) or any(g.pools for g in rest)))
+        if miss or not hit:
+            rest.append(_Group(f"{group.label} (misses deadline)" if hit else group.label, miss, unknown=group.unknown, rank=group.rank))
+    return first + rest
 
 
 def spreads(task: TaskSpec, placement: str) -> bool:
@@ -459,6 +480,7 @@ def assign(
     placement: str = "auto",
     reserved_nodes: np.ndarray | None = None,
     commit: bool = False,
+    deadline_pools: frozenset[int] | None = None,
 ) -> Assignment:
     """Try each candidate group in order on `snap`; the first that fits wins.
 
@@ -467,14 +489,18 @@ def assign(
     not changed; the caller applies the placements it accepts. `reserved_nodes` (a
     boolean mask over nodes) keeps the task off nodes held for a blocked queue head.
     With `commit`, a successful placement stays taken on `snap` (the cycle's working
-    snapshot), saving the caller from taking it again.
+    snapshot), saving the caller from taking it again. `deadline_pools`: the pools that
+    meet the task's deadline, tried first (`deadline_first`).
     """
     demand = task.per_worker.devices
     spread = spreads(task, placement)
     same = task.topology.same if task.topology else "none"
     limits = _limits(snap, task, allowed_pools, reserved_nodes)
     attempts: list[Attempt] = []
-    for group in candidate_groups(snap, task):
+    groups = candidate_groups(snap, task)
+    if deadline_pools:
+        groups = deadline_first(groups, deadline_pools)
+    for group in groups:
         pools = [snap.pools[i] for i in group.pools]
         attempt = Attempt(label=group.label, pools=[p.name for p in pools], outcome="no-fit")
         attempts.append(attempt)
@@ -501,10 +527,10 @@ def assign(
             placements = _place_in_a_part(snap, task, row_arr, fractions, fit, same, spread, commit)
             if placements is not None:
                 attempt.outcome = "fit"
-                return Assignment(feasible=True, placements=placements, fallback_used=group.rank > 0, attempts=attempts, chosen=group.label)
+                return Assignment(True, placements, group.rank > 0, attempts, chosen=group.label, for_deadline=group.for_deadline)
         _explain_no_fit(snap, task, row_arr, fractions, same, attempt)
     if one_model_gang(task):
-        _note_fit_across_models(task, candidate_groups(snap, task), attempts)
+        _note_fit_across_models(task, groups, attempts)
     return Assignment(feasible=False, placements=[], fallback_used=False, attempts=attempts)
 
 

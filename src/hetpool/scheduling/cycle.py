@@ -9,8 +9,9 @@ Recipe (after Kueue's `schedule()`), one phase per function:
 3. gate — outcomes known without placing it: its shape already failed this cycle, backfill
    is off behind a blocked head of its class, or it asks for more than its quota could
    ever give (`exceeds_quota`);
-4. fit — assign on the working snapshot (every candidate group tried and recorded), or
-   wait for preferred devices when that ends earlier than a substitute;
+4. fit — assign on the working snapshot (every candidate group tried and recorded; those
+   that meet a deadline first, deadlines.py), or wait for preferred devices when that ends
+   earlier than a substitute;
 5. admit — the quota book is asked with the placement: admit (and charge), defer a
    borrower behind the work within its quota, or leave it `over_quota`;
 6. plan preemption — a head that does not fit waits for devices already being freed, is
@@ -18,7 +19,7 @@ Recipe (after Kueue's `schedule()`), one phase per function:
 7. reserve or block — otherwise it holds a reservation (backfill never delays it) or
    blocks its FIFO queue;
 8. requeue — tasks behind blocked FIFO heads, then position and estimated start for every
-   waiting task (forecast.attach_estimates).
+   waiting task (forecast.attach_estimates), and deadlines it can no longer meet.
 
 Every decision carries a typed `Explanation` (explain.py). Only the server's workers turn
 decisions into writes and calls.
@@ -53,6 +54,7 @@ from hetpool.scheduling.cycle_state import (
     take,
     units,
 )
+from hetpool.scheduling.deadlines import assign_kwargs, mark_at_risk
 from hetpool.scheduling.explain import (
     UNKNOWN_START_TEXT,
     VICTIMS_BORROWING_TEXT,
@@ -435,7 +437,8 @@ def fit(cx: CycleInputs, st: CycleState, cand: Candidate) -> Assignment | None:
     """Assign on the working snapshot (a placement stays taken there); None: the task
     chose to wait for its preferred devices instead (recorded)."""
     spec, working = cand.spec, st.working
-    result = assign(working, spec, cx.compat_check, commit=True, **cand.target_kwargs)
+    # The deadline step (deadlines.py) orders the pools that meet the task's deadline first.
+    result = assign(working, spec, cx.compat_check, commit=True, **assign_kwargs(working, cand.item, cx.now, cand.target_kwargs))
     if result.feasible and result.fallback_used and cx.policy.wait_for_preferred and spec.ordered and spec.runtime_estimate_s:
         release(working, result)
         promise = cand.item.preferred_wait
@@ -578,10 +581,12 @@ def reserve_or_block(cx: CycleInputs, st: CycleState, cand: Candidate, decision:
 
 def requeue(cx: CycleInputs, st: CycleState, estimate: bool) -> None:
     """The tasks behind blocked FIFO heads wait with that reason; then every waiting task
-    gets its position and estimated start (see forecast.attach_estimates)."""
+    gets its position and estimated start (see forecast.attach_estimates) and, if it has a
+    deadline, whether that is at risk (deadlines.mark_at_risk)."""
     for q, item in st.order.remaining(blocked_only=True):
         info = Explanation(Reason.BEHIND_FIFO_HEAD, True, facts={"queue": q.name})
         st.wait(item, Decision(item.id, False, NO_PLACEMENT, info, q.name))
     horizon = cx.policy.estimate_horizon
     if estimate and st.waiting and horizon:
         attach_estimates(cx.snapshot, st.working, st.waiting, cx.running, st.decisions, cx.compat_check, cx.now, cx.models, horizon, cx.blame)
+    mark_at_risk(cx.snapshot, st.waiting, st.decisions, cx.now, cx.models)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
+from hetpool.core.units import format_duration
 from hetpool.scheduling.assign import Assignment
 
 
@@ -94,6 +95,12 @@ ETA_NONE = "none"  # no estimate applies (never fits, exceeds its quota, no runt
 # Appended to the summary of a waiting task the forecast found no start for (eta_basis
 # beyond_horizon), so that "no estimate" is said rather than shown as a bare null.
 BEYOND_HORIZON_TEMPLATE = "; no start within the forecast horizon ({horizon} queued tasks, running work with a known end)"
+
+# Appended when a waiting task is expected to finish after its deadline (the facts
+# `deadline_at_risk`, `deadline` and `deadline_late_s`, see deadlines.mark_at_risk), and to
+# a placement the deadline step chose over the usual order (`chosen_for_deadline`).
+DEADLINE_AT_RISK_TEMPLATE = "; it cannot meet its deadline {deadline}: expected to finish {late} late"
+CHOSEN_FOR_DEADLINE_TEXT = "; chosen because it meets the task's deadline"
 
 _BASE_KEYS = ("reason", "summary", "fits_when_idle", "reasons", "attempts")
 
@@ -189,6 +196,13 @@ def render(expl: Explanation, gettext: Callable[[str], str] = _identity) -> str:
         text += gettext(BEYOND_HORIZON_TEMPLATE).format(horizon=facts.get("horizon", "?"))
     if facts.get("estimate_basis") in REVISED_TEMPLATES and facts.get("revised_from"):
         text += gettext(REVISED_TEMPLATES[facts["estimate_basis"]]).format(revised_from=facts["revised_from"])
+    if facts.get("chosen_for_deadline"):
+        text += gettext(CHOSEN_FOR_DEADLINE_TEXT)
+    if facts.get("deadline_at_risk") and facts.get("deadline"):
+        late = facts.get("deadline_late_s")
+        text += gettext(DEADLINE_AT_RISK_TEMPLATE).format(
+            deadline=facts["deadline"], late=format_duration(late) if isinstance(late, (int, float)) else "?"
+        )
     return text
 
 
@@ -205,6 +219,8 @@ def from_assignment(assignment: Assignment, fits_when_idle: bool, nodes: int | N
             "node": first.node,
             "model": first.model,
         }
+        if assignment.for_deadline:
+            facts["chosen_for_deadline"] = True
         return Explanation(Reason.FITS, True, counts, attempts, facts)
     facts = {"nodes": nodes} if nodes is not None else {}
     reason = Reason.WAITING_FOR_CAPACITY if fits_when_idle else Reason.NEVER_FITS

@@ -2,8 +2,9 @@
 
 Two sources:
 - gauges computed at scrape time from the database (a custom collector): devices per pool
-  by status, queue lengths, tasks by state, nodes by state, backend health. They are
-  always current, and a restarted server reports the same numbers;
+  by status, queue lengths, tasks by state, tasks whose deadline is at risk,
+  nodes by state, backend health. They are always current, and a restarted server reports
+  the same numbers;
 - histograms and counters fed by the worker loop (workers/loop.py): waits of admitted
   tasks, scheduling cycle latency, worker step failures, backend errors. They live on the
   service context — the worker loop only has the context — and start from zero with
@@ -30,7 +31,7 @@ from sqlalchemy import select
 
 from hetpool.core.states import TaskState
 from hetpool.server.db.models import NodeStatusRow, TaskRow
-from hetpool.server.services import stats
+from hetpool.server.services import deadlines, stats
 from hetpool.server.services.cluster_state import live_snapshot, read_inventory
 from hetpool.server.services.context import ServiceContext
 
@@ -178,6 +179,7 @@ class HetpoolCollector:
             snap = live_snapshot(ctx, session)
             pools = stats.pool_rows(snap)
             waiting = stats.waiting_tasks(ctx, session, inv, snap, None)
+            at_risk = len(deadlines.at_risk(ctx, session, waiting.tasks, None))
             states = stats.state_counts(session, None)
             backends = stats.backend_health(session, inv)
             node_states = {r.node: r.state for r in session.execute(select(NodeStatusRow)).scalars()}
@@ -222,6 +224,14 @@ class HetpoolCollector:
             tasks.add_metric([state.value], states.get(state.value, 0))
         families.append(tasks)
 
+        risk = GaugeMetricFamily(
+            "hetpool_tasks_deadline_at_risk",
+            "Unfinished tasks whose deadline cannot be met as things stand (queued: estimated start + runtime;"
+            " placed: start + runtime; or the deadline has passed); per tenant: /api/v1/stats/workload",
+        )
+        risk.add_metric([], at_risk)
+        families.append(risk)
+
         nodes = GaugeMetricFamily(
             "hetpool_nodes", "Nodes per cluster and state (a node nothing reports on counts as ready)", labels=["cluster", "state"]
         )
@@ -258,9 +268,10 @@ router = APIRouter(tags=["meta"])
 
 # Unauthenticated, like /healthz: Prometheus scrapes it with no hetpool token, and what it
 # shows is operational and aggregate — device counts per pool, queue lengths, counts per
-# state, latencies, backend health. Nothing tenant-secret is exposed: no task names,
-# commands, images, tenants or users (labels are pools, clusters, models, device classes,
-# queues, task types and states only). Restrict it at the network if even that is too much.
+# state, latencies, backend health. No task names, commands, images or users are exposed;
+# labels are pools, clusters, models, device classes, queues, task types and states — never
+# a tenant (hetpool_tasks_deadline_at_risk is one total; per tenant it is in the
+# authenticated /api/v1/stats/workload).
 @router.get("/metrics", summary="Prometheus metrics (text format; no token needed)", response_class=Response)
 def metrics(request: Request) -> Response:
     return Response(generate_latest(registry_for(request.app)), media_type=CONTENT_TYPE_LATEST)

@@ -94,6 +94,8 @@ SUMMARY_TEXTS = (
     N_("; no start within the forecast horizon ({horizon} queued tasks, running work with a known end)"),
     N_("; the work holding it has overrun its estimate (it was due at {revised_from}), so its end was revised"),
     N_("; the work holding it has overrun its estimate (it was due at {revised_from}): its template's past runs say it ends later"),
+    N_("; chosen because it meets the task's deadline"),
+    N_("; it cannot meet its deadline {deadline}: expected to finish {late} late"),
 )
 
 # The words the cycle fills into {victim_kind} of "preempting …" (translated as facts).
@@ -124,7 +126,7 @@ def explanation_text(pending: Mapping[str, Any] | None, tr: Translator) -> str:
         facts["blocking_task"] = tr.reason(OTHER_TENANTS_TASK)
     # Times as on the rest of the dashboard (UTC, to the second), not the API's ISO form.
     # The core writes "unknown" for a reservation whose start no runtime estimate gives.
-    for key in ("start_at", "free_at", "revised_from"):
+    for key in ("start_at", "free_at", "revised_from", "deadline"):
         if isinstance(facts.get(key), str):
             facts[key] = short_ts(facts[key]) if parse_ts(facts[key]) else tr.reason(facts[key])
     # `reason` only translates (no %-formatting): the core fills the {fields} itself.

@@ -1,6 +1,8 @@
-"""Bodies of the catalog's compatibility check."""
+"""Bodies of the catalog's compatibility check and of its table of open models."""
 
 from __future__ import annotations
+
+from typing import Literal
 
 from pydantic import Field
 
@@ -20,3 +22,12 @@ class CompatResponse(ApiModel):
     detail: str | None
     notes: list[str]
     kb_version: str = Field(description="version of the compatibility knowledge base that answered")
+
+
+class OpenModelResponse(ApiModel):
+    """A model of the built-in table (catalog/data/models.yaml) that goal.model may name."""
+
+    name: str = Field(description="the id goal.model takes, e.g. llama3.1-8b")
+    display_name: str = Field(description="as the publisher writes it")
+    params_b: float = Field(description="total parameters, billions")
+    architecture: Literal["decoder", "encoder", "cnn"]

@@ -27,4 +27,7 @@ class WorkloadStats(ApiModel):
     pending_approval: int
     queues: dict[str, Any] = Field(description="queue lengths and p50/p90 waits by pool, task type and queue")
     longest_waiting: list[dict[str, Any]]
+    deadlines_at_risk: list[dict[str, Any]] = Field(
+        default=[], description="unfinished tasks whose deadline cannot be met, earliest deadline first: id, name, tenant, state, deadline, late_s"
+    )
     utilisation: dict[str, Any] = Field(description="per pool and class over 24h and 7d, and the last 24 hours hourly")

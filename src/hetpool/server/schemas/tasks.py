@@ -22,8 +22,9 @@ class PlacementView(ApiModel):
 
 class TaskResponse(ApiModel):
     """A task as the API shows it. `pending` (queued: why it waits), `approval` (awaiting
-    approval: the open request) appear only when they apply; the detail view (GET
-    /tasks/{id}) adds spec, placement_attempts, pending and events."""
+    approval: the open request), `deadline` and `deadline_at_risk` (a task with a deadline)
+    appear only when they apply; the detail view (GET /tasks/{id}) adds spec,
+    placement_attempts, pending and events."""
 
     id: str
     name: str
@@ -48,6 +49,12 @@ class TaskResponse(ApiModel):
     placements: list[PlacementView]
     pending: dict[str, Any] | None = Field(default=None, description="why a queued task waits (reason code and facts)")
     approval: TaskApproval | None = Field(default=None, description="the open approval request of a task pending approval")
+    deadline: str | None = Field(default=None, description="the task's deadline (goal.deadline), ISO; only when it has one")
+    deadline_at_risk: bool | None = Field(
+        default=None,
+        description="only with a deadline: it cannot be met as things stand"
+        " (queued: estimated start + runtime; placed: start + runtime; or it has passed)",
+    )
     spec: Document | None = Field(default=None, description="detail view: the task as submitted")
     placement_attempts: list[dict[str, Any]] | None = Field(default=None, description="detail view: every placement tried and why")
     events: list[AuditEvent] | None = Field(default=None, description="detail view: the task's audit events, oldest first")

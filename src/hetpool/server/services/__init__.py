@@ -19,8 +19,11 @@ both rules against this list.
                (the queued tasks, re-read only where they moved)
   governance   quota, approvals, cycle_inputs (what a cycle reads: for the scheduler
                and for plan, which runs the same cycle with the planned task added)
-  tasks        task_views (the task as the API shows it, listing, logs), tasks (plan and
-               submit), idempotency, submit_batch (group commit of submits)
+  tasks        deadlines (a task's deadline at risk or not: the API, /metrics, the
+               overview), task_views (the task as the API shows it, listing, logs),
+               recommend (entry by goal: ranked options, planned with the plan it is
+               given; sizes a goal-only submit), tasks (plan and submit), idempotency,
+               submit_batch (group commit of submits)
   views        stats, profiles, resources_view, governance_view
 
 Workers (server/workers) and routers sit above all of these; what two workers share lives

@@ -82,24 +82,24 @@ def submit(ctx: ServiceContext, doc: dict, *, user_id: int, actor: str, key: str
     """Submit `doc` (kind already stripped); returns (task body, replayed)."""
     if key is None:
         with ctx.db.transaction() as session:
-            return task_response(session, task_service.submit(ctx, session, doc, actor)), False
+            return task_response(session, task_service.submit(ctx, session, doc, actor), ctx=ctx), False
     check_key(key)
     digest = body_hash(doc)
     try:
         with ctx.db.transaction() as session:
             stored = _stored(ctx, session, user_id, key, digest)
             if stored is not None:
-                return task_response(session, get_row(session, stored.task_id)), True
+                return task_response(session, get_row(session, stored.task_id), ctx=ctx), True
             # Lazily, per user: a user's stale keys go when they next use a new one.
             purge_expired(ctx, session, user_id)
             row = task_service.submit(ctx, session, doc, actor)
             session.add(IdempotencyKeyRow(user_id=user_id, key=key, task_id=row.id, body_hash=digest, created_at=ctx.clock.now()))
             session.flush()  # the unique (user, key) check happens here, before the task commits
-            return task_response(session, row), False
+            return task_response(session, row, ctx=ctx), False
     except IntegrityError:
         # A concurrent request with the same key won; its task (and body check) is the answer.
         with ctx.db.transaction() as session:
             stored = _stored(ctx, session, user_id, key, digest)
             if stored is None:
                 raise
-            return task_response(session, get_row(session, stored.task_id)), True
+            return task_response(session, get_row(session, stored.task_id), ctx=ctx), True

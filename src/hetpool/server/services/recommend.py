@@ -25,6 +25,7 @@ from hetpool.catalog.task_types import task_type_verdict
 from hetpool.core.errors import SpecError
 from hetpool.core.goal import Goal
 from hetpool.core.inventory import DeviceClass, TaskType
+from hetpool.core.limits import MAX_DURATION_S, format_limit_s
 from hetpool.core.specs import parse_spec
 from hetpool.core.tasks import apply_template
 from hetpool.scheduling.recommend import Option, fallback_orders, judge, rank
@@ -46,6 +47,7 @@ Planner = Callable[[ServiceContext, Session, dict], dict]
 def recommend(ctx: ServiceContext, session: Session, raw: dict[str, Any], plan_task: Planner) -> dict:
     """{"goal", "model", "deadline", "options": [...ranked], "excluded": [{pool, model, reason}]}."""
     inv = read_inventory(ctx, session)
+    raw = pin_deadline(raw, ctx.clock.now()) if isinstance(raw, dict) else raw
     base = _with_template(inv, raw)
     goal = _goal_of(base)
     now = ctx.clock.now()
@@ -89,7 +91,9 @@ def sized_document(ctx: ServiceContext, session: Session, raw: dict[str, Any], p
 
 def pin_deadline(raw: dict[str, Any], now: datetime) -> dict[str, Any]:
     """A deadline given as a duration counts from submission: stored as a time, so that a
-    restart or a requeue does not move it."""
+    restart or a requeue does not move it. A time already past, or further ahead than any
+    duration may reach (366 days), is refused here: later reads of a stored spec never
+    compare it with the clock."""
     goal = raw.get("goal") if isinstance(raw, dict) else None
     if not isinstance(goal, dict) or goal.get("deadline") in (None, ""):
         return raw
@@ -97,7 +101,15 @@ def pin_deadline(raw: dict[str, Any], now: datetime) -> dict[str, Any]:
         when = Goal.model_validate({"deadline": goal["deadline"]}).deadline_at(now)
     except ValueError:
         return raw  # the spec's own validation names the field
+    if when < now:
+        _refuse_deadline(f"{when.isoformat()} is in the past (now {now.replace(microsecond=0).isoformat()})")
+    if (when - now).total_seconds() > MAX_DURATION_S:
+        _refuse_deadline(f"{when.isoformat()} is more than {format_limit_s(MAX_DURATION_S)} ahead")
     return {**raw, "goal": {**goal, "deadline": when.isoformat()}}
+
+
+def _refuse_deadline(why: str) -> None:
+    raise SpecError(f"goal.deadline: {why}", details=[{"loc": "goal.deadline", "msg": why}])
 
 
 def sizes_itself(raw: dict[str, Any]) -> bool:

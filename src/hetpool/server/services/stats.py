@@ -4,8 +4,8 @@ Two kinds of numbers, with different visibility:
 - capacity (devices per pool and class by status, nodes needing attention, backend
   health) comes from the inventory and the scheduler's snapshot: any user who may read
   the inventory sees all of it;
-- workload (waiting tasks, waits, device-hours used, task counts by state) comes from
-  tasks and is narrowed to the tenant subtrees the caller may read (`scopes`, as
+- workload (waiting tasks, waits, device-hours used, task counts by state, tasks whose
+  deadline is at risk: services/deadlines.py) comes from tasks and is narrowed to the tenant subtrees the caller may read (`scopes`, as
   access.visible_tenants gives them: None = everything, [] = nothing).
 
 How the numbers are defined (docs/operations-metrics.md says the same):
@@ -41,6 +41,7 @@ from hetpool.scheduling.filters import class_matches, pool_verdict
 from hetpool.scheduling.queueing import route
 from hetpool.scheduling.snapshot import Snapshot
 from hetpool.server.db.models import ConnectorSyncRow, NodeStatusRow, PlacementRow, TaskRow
+from hetpool.server.services import deadlines
 from hetpool.server.services.cluster_state import live_snapshot, read_inventory
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.inventory import Inventory
@@ -458,5 +459,6 @@ def workload(ctx: ServiceContext, session: Session, scopes: list[str] | None, wi
             "by_queue": _queue_table("queue", waiting, [], queue_names, now),
         },
         "longest_waiting": with_current_reasons(session, waiting.longest(LONGEST_WAITING, now)),
+        "deadlines_at_risk": deadlines.at_risk(ctx, session, waiting.tasks, scopes),
         "utilisation": utilisation(inv, totals, _held_intervals(session, scopes, now - max(WINDOWS.values()), now), now),
     }

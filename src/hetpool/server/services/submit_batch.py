@@ -247,7 +247,7 @@ class SubmitBatcher:
             rows[item] = (row, False)
         session.flush()  # every insert, and the (user, key) uniqueness, before the answers
         for item, (row, replayed) in rows.items():
-            answers[item] = (task_response(session, row), replayed)
+            answers[item] = (task_response(session, row, ctx=ctx), replayed)
         return answers
 
 

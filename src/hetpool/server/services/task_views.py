@@ -13,8 +13,9 @@ from hetpool.core.states import TaskState
 from hetpool.engines.base import Backend, JobHandle
 from hetpool.server.db.models import AuditEventRow, PlacementRow, TaskRow
 from hetpool.server.schemas.tasks import TaskResponse
-from hetpool.server.services import audit
+from hetpool.server.services import audit, deadlines
 from hetpool.server.services.approvals import pending_for_task
+from hetpool.server.services.cluster_state import read_inventory
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.inventory import load_inventory
 from hetpool.server.services.task_lifecycle import get_row
@@ -28,9 +29,12 @@ def placements_of(session: Session, row: TaskRow) -> list[PlacementRow]:
     )
 
 
-def task_response(session: Session, row: TaskRow, *, detail: bool = False) -> TaskResponse:
+def task_response(session: Session, row: TaskRow, *, detail: bool = False, ctx: ServiceContext | None = None) -> TaskResponse:
     """The API's view of a task. Keys that do not apply are left unset (not null): the
-    routes answer with exclude_unset, so a queued task's `pending` is the only sign it waits."""
+    routes answer with exclude_unset, so a queued task's `pending` is the only sign it waits.
+    With `ctx` (its clock and inventory), a task with a deadline shows it and whether it is
+    at risk (services/deadlines.py)."""
+    placements = placements_of(session, row) if row.attempt else []
     body = {
         "id": row.id,
         "name": row.name,
@@ -54,11 +58,13 @@ def task_response(session: Session, row: TaskRow, *, detail: bool = False) -> Ta
         "finished_at": iso_utc(row.finished_at),
         "placements": [
             {"rank": p.rank, "node": p.node, "pool": p.pool, "model": p.model, "devices": p.device_indices, "device_fraction": p.device_fraction}
-            for p in placements_of(session, row)
-        ]
-        if row.attempt
-        else [],
+            for p in placements
+        ],
     }
+    if ctx is not None:
+        status = deadlines.row_status(row, lambda: [p.model for p in placements], ctx.clock.now(), lambda: read_inventory(ctx, session).catalog)
+        if status is not None:
+            body["deadline"], body["deadline_at_risk"] = iso_utc(status.deadline), status.at_risk
     if row.state == TaskState.QUEUED.value and row.pending_explanation:
         body["pending"] = row.pending_explanation
     if row.state == TaskState.PENDING_APPROVAL.value:

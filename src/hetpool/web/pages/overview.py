@@ -21,6 +21,9 @@ Ids and data-attributes for browser tests:
                                   (p#budgets-none; p#budgets-denied when the user may not read costs)
     #approvals-waiting            rows tr[data-approval][data-kind] with links to /approvals and
                                   /tasks/<id> (p#approvals-none; a#approvals-more past 8)
+    #deadline-alerts              rows tr[data-task][data-state] of tasks whose deadline is at
+                                  risk, earliest deadline first, with a.task-link → /tasks/<id>,
+                                  td.deadline, td.late (p#deadlines-none; p#deadlines-more past 8)
   section#hotspots
     #saturated-pools              rows tr[data-pool] with td.idle, td.waiting (p#saturated-none)
     #longest-waiting              rows tr[data-task] with a.task-link → /tasks/<id>, td.wait (p#longest-none)
@@ -65,7 +68,7 @@ WINDOWS = ("24h", "7d")
 # Which API reads each live section needs (the full page makes each read once).
 SECTIONS: dict[str, tuple[str, frozenset[str]]] = {
     "summary": ("overview_summary.html", frozenset({"capacity", "workload", "approvals"})),
-    "alerts": ("overview_alerts.html", frozenset({"capacity", "budgets", "approvals"})),
+    "alerts": ("overview_alerts.html", frozenset({"capacity", "budgets", "approvals", "workload"})),
     "hotspots": ("overview_hotspots.html", frozenset({"capacity", "workload"})),
     "capacity": ("overview_capacity.html", frozenset({"capacity"})),
     "utilisation": ("overview_utilisation.html", frozenset({"capacity", "workload"})),
@@ -78,6 +81,7 @@ READS = {
     "approvals": lambda api, window: api.get_as(list[ApprovalResponse], "/api/v1/approvals", state="pending", limit=50),
 }
 APPROVALS_SHOWN = 8
+DEADLINES_SHOWN = 8  # tasks whose deadline is at risk, in the alerts
 # A pool counts as saturated when its idle devices are below this share of its usable ones
 # (on a big pool a handful of idle devices cannot take a multi-device task anyway).
 SATURATED_IDLE_SHARE = 0.05
@@ -122,6 +126,8 @@ async def _context(request: Request, user: Viewer, needs: frozenset[str], window
         data["budgets_crossed"] = [b for b in data["budgets"] if b.exceeded or b.alerts]
     if data.get("approvals") is not None:
         data["approvals_shown"] = data["approvals"][:APPROVALS_SHOWN]
+    if data.get("workload") is not None:
+        data["deadlines_shown"] = data["workload"].deadlines_at_risk[:DEADLINES_SHOWN]
     return data
 
 

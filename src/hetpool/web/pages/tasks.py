@@ -23,6 +23,7 @@ env, priority, workers, device_class, device_count, runtime_estimate, command, a
 Ids and data-attributes for browser tests
   list    #task-filters (fields state, tenant, type, pool, template, q), #new-task (link),
           #task-table (the live section), rows tr[data-task-id][data-state], a.task-link,
+          span.deadline-risk (a task whose deadline is at risk; title: the deadline),
           #task-count (data-count), #task-empty, #task-search-window, #task-list-error,
           #filter-apply, #filter-clear
   new     #type-filter (select name=type), #template-groups with cards
@@ -112,6 +113,8 @@ def _list_row(task: TaskResponse, now: datetime) -> dict:
         "eta": short_ts(pending.get("estimated_start")) if pending.get("estimated_start") else "",
         "wait": duration(wait_seconds(task, now)),
         "created": short_ts(task.created_at),
+        "deadline": short_ts(task.deadline) if task.deadline else "",
+        "deadline_at_risk": bool(task.deadline_at_risk),
     }
 
 
