@@ -29,6 +29,8 @@ SHOWN = [
     "cost-en",
     "audit-en",
     "capacity-zh-CN",
+    "goal-options-en",
+    "goal-options-zh-CN",
 ]
 
 
