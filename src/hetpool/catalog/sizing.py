@@ -82,6 +82,7 @@ class Sizing:
     usable_gib: float = 0.0
     fits: bool = True
     why: str = ""
+    why_note: dict = field(default_factory=dict)  # `why` as {"code", "params"} (scheduling/recommend.EXCLUDED)
     variant: str = "smallest"  # smallest that fits, or sized for the deadline / throughput
     flops: float | None = None
     runtime_s: float | None = None  # on this device model, this many devices
@@ -90,7 +91,7 @@ class Sizing:
     latency_ms: float | None = None
     needs_island: bool = False
     host_memory_gib: float | None = None  # per worker, beyond the default (optimizer offload)
-    notes: list[str] = field(default_factory=list)
+    notes: list[dict] = field(default_factory=list)  # {"code", "params"}: scheduling/recommend.NOTES says them
 
     def to_dict(self) -> dict:
         out = {k: v for k, v in self.__dict__.items() if v is not None}
@@ -241,9 +242,7 @@ def size_training(
             if offload.runtime_s is not None:
                 offload.runtime_s /= OFFLOAD_SPEED
                 offload.reference_runtime_s /= OFFLOAD_SPEED
-            offload.notes.append(
-                f"optimizer states in host memory (ZeRO-Offload): {offload.host_memory_gib:.0f} GiB per worker, assumed {OFFLOAD_SPEED:.0%} speed"
-            )
+            offload.notes.append({"code": "offload", "params": {"host_gib": f"{offload.host_memory_gib:.0f}", "speed": f"{OFFLOAD_SPEED:.0%}"}})
             out.append(offload)
     return out
 
@@ -276,7 +275,7 @@ def _training(w, device, per_node, ref, devices, tensor, states, activations, va
         sizing.reference_runtime_s = reference
         sizing.runtime_s = reference / device.perf_for("training")
     elif tokens is None:
-        sizing.notes.append("no goal.tokens: the runtime is not estimated")
+        sizing.notes.append({"code": "no_tokens", "params": {}})
     return sizing
 
 
@@ -333,8 +332,8 @@ def _decode_step_s(replica_bytes: float, tensor: int, ref: Reference, perf: floa
     return replica_bytes / (tensor * ref.bandwidth_gbps * 1e9 * DECODE_BANDWIDTH_EFFICIENCY * perf)
 
 
-def _no_fit(device: DeviceModelSpec, why: str) -> Sizing:
-    return Sizing(device.name, fits=False, why=why, usable_gib=usable_gib(device))
+def _no_fit(device: DeviceModelSpec, why: str, why_note: dict) -> Sizing:
+    return Sizing(device.name, fits=False, why=why, why_note=why_note, usable_gib=usable_gib(device))
 
 
 def size(
@@ -343,7 +342,9 @@ def size(
     """Ways to run the workload on `device` with `per_node` devices per node (first: the
     smallest that fits)."""
     if w.goal.precision.feature and w.goal.precision.feature not in device.features:
-        return [_no_fit(device, f"{device.name} has no {w.goal.precision.value} support (features: {', '.join(device.features)})")]
+        params = {"model": device.name, "precision": w.goal.precision.value, "features": ", ".join(device.features)}
+        why = f"{device.name} has no {params['precision']} support (features: {params['features']})"
+        return [_no_fit(device, why, {"code": "precision", "params": params})]
     if w.method.trains:
         return size_training(w, device, per_node, ref, deadline_s, max_devices)
     return size_inference(w, device, per_node, ref, deadline_s)

@@ -100,7 +100,8 @@ class RecommendedOption(ApiModel):
     cost_per_hour: Number
     startable_now: bool
     meets: dict[str, bool] = Field(description="each target of the goal (deadline, max_cost, latency, throughput): met or not")
-    reasons: list[str]
+    reasons: list[str] = Field(description="why, in English")
+    notes: list[dict[str, Any]] = Field(default=[], description="the reasons as {code, params}, for saying them in another language")
     sizing: dict[str, Any] = Field(description="memory per device (GiB), parallelism, tokens/s, latency")
     task: Document = Field(description="the task to submit for this option, with its fallback order")
 
@@ -110,7 +111,7 @@ class RecommendResponse(ApiModel):
     model: dict[str, Any] = Field(description="the model sized: name, params_b, shape_from (a params-only goal's stand-in)")
     deadline: str | None = None
     options: list[RecommendedOption] = Field(description="best first: every target met, then earliest completion, then cost")
-    excluded: list[dict[str, Any]] = Field(description="pools left out, each with the reason")
+    excluded: list[dict[str, Any]] = Field(description="pools left out: {pool, model, reason, code, params}")
 
 
 class LogsResponse(ApiModel):

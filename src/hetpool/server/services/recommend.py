@@ -28,7 +28,7 @@ from hetpool.core.inventory import DeviceClass, TaskType
 from hetpool.core.limits import MAX_DURATION_S, format_limit_s
 from hetpool.core.specs import parse_spec
 from hetpool.core.tasks import apply_template
-from hetpool.scheduling.recommend import Option, fallback_orders, judge, rank
+from hetpool.scheduling.recommend import Option, excluded_pool, fallback_orders, judge, rank
 from hetpool.server.services.cluster_state import read_inventory
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.inventory import Inventory
@@ -58,10 +58,10 @@ def recommend(ctx: ServiceContext, session: Session, raw: dict[str, Any], plan_t
         try:
             plan = plan_task(ctx, session, copy.deepcopy(doc))
         except SpecError as exc:
-            excluded += [_excluded(inv, n, exc.message) for n in names]
+            excluded += [_excluded(inv, n, "plan", {"why": exc.message}) for n in names]
             continue
         if not plan["fits_when_idle"] or plan["explanation"].get("facts", {}).get("refused_at_submit"):
-            excluded += [_excluded(inv, n, _why_not(plan)) for n in names]
+            excluded += [_excluded(inv, n, "plan", {"why": _why_not(plan)}) for n in names]
             continue
         options.append(_option(inv, _planned_pool(plan, names), sizing, doc, plan, now))
     for option in options:
@@ -200,17 +200,17 @@ def _sized_candidates(inv: Inventory, goal: Goal, load, base: dict, now: datetim
             continue
         verdict = task_type_verdict(model, task_type)
         if not verdict.ok:
-            excluded += [_excluded(inv, n, f"does not take {task_type.value} work: {verdict.why}") for n in names]
+            excluded += [_excluded(inv, n, "task_type", {"task_type": task_type.value, "why": verdict.why}) for n in names]
             continue
         per_node, capacity = _pool_shape(inv, pool)
         if capacity == 0:
             continue
         for sizing in size(load, model, per_node, ref, deadline_s, max_devices=capacity):
             if not sizing.fits:
-                excluded += [_excluded(inv, n, sizing.why) for n in names]
+                excluded += [_excluded(inv, n, sizing.why_note["code"], sizing.why_note["params"]) for n in names]
             elif sizing.devices > capacity:
-                why = f"{sizing.variant} split needs {sizing.devices} × {model.name}; the pool has {capacity}"
-                excluded += [_excluded(inv, n, why) for n in names]
+                params = {"variant": sizing.variant, "devices": str(sizing.devices), "model": model.name, "capacity": str(capacity)}
+                excluded += [_excluded(inv, n, "too_big", params) for n in names]
             else:
                 candidates.append((names, sizing, _document(inv, pool, names, model, sizing, base, goal)))
     candidates.sort(key=lambda c: (c[1].runtime_s if c[1].runtime_s is not None else math.inf, c[1].devices))
@@ -281,6 +281,6 @@ def _why_not(plan: dict) -> str:
     return plan["explanation"].get("summary") or "does not fit"
 
 
-def _excluded(inv: Inventory, pool: str, reason: str) -> dict:
+def _excluded(inv: Inventory, pool: str, code: str, params: dict[str, str]) -> dict:
     spec = inv.pools.get(pool)
-    return {"pool": pool, "model": spec.model if spec else None, "reason": reason}
+    return excluded_pool(pool, spec.model if spec else None, code, params)

@@ -44,8 +44,9 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from hetpool.core.goal import Method, Precision
 from hetpool.server.schemas.catalog import OpenModelResponse
 from hetpool.server.schemas.tasks import RecommendedOption, RecommendResponse, TaskResponse
-from hetpool.web.i18n import N_
-from hetpool.web.render import render
+from hetpool.web.goal_notes import excluded_text, note_text
+from hetpool.web.i18n import N_, Translator
+from hetpool.web.render import render, translator_for
 from hetpool.web.session import ApiError, Viewer, check_csrf, viewer
 from hetpool.web.task_views import num, short_ts, tenants_for
 
@@ -140,7 +141,7 @@ def _sizing_rows(sizing: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
-def option_view(option: RecommendedOption, rank: int) -> dict[str, Any]:
+def option_view(option: RecommendedOption, rank: int, tr: Translator) -> dict[str, Any]:
     """One option as a card shows it; `task` is the document its submit button sends."""
     targets = [{"key": key, "label": TARGETS.get(key, key), "met": met} for key, met in option.meets.items()]
     return {
@@ -157,13 +158,14 @@ def option_view(option: RecommendedOption, rank: int) -> dict[str, Any]:
         "startable_now": option.startable_now,
         "targets": targets,
         "meets_all": all(t["met"] for t in targets),
-        "reasons": option.reasons,
+        # In the reader's language from the codes; the API's English for a reason without one.
+        "reasons": [note_text(n, tr, english) for n, english in zip(option.notes, option.reasons, strict=False)] if option.notes else option.reasons,
         "sizing": _sizing_rows(option.sizing),
         "task": json.dumps(option.task, ensure_ascii=False, separators=(",", ":")),
     }
 
 
-def result_view(answer: RecommendResponse) -> dict[str, Any]:
+def result_view(answer: RecommendResponse, tr: Translator) -> dict[str, Any]:
     model = answer.model
     return {
         "model": model.get("name") or "",
@@ -173,8 +175,8 @@ def result_view(answer: RecommendResponse) -> dict[str, Any]:
         "precision": answer.goal.get("precision", ""),
         "deadline": short_ts(answer.deadline) if answer.deadline else "",
         "max_cost": _money(answer.goal["max_cost"]) if answer.goal.get("max_cost") is not None else "",
-        "options": [option_view(o, i) for i, o in enumerate(answer.options, start=1)],
-        "excluded": [{"pool": e.get("pool", ""), "model": e.get("model", ""), "reason": e.get("reason", "")} for e in answer.excluded],
+        "options": [option_view(o, i, tr) for i, o in enumerate(answer.options, start=1)],
+        "excluded": [{"pool": e.get("pool", ""), "model": e.get("model", ""), "reason": excluded_text(e, tr)} for e in answer.excluded],
     }
 
 
@@ -227,7 +229,7 @@ async def recommend(request: Request) -> HTMLResponse:
         answer = await user.api.post_as(RecommendResponse, "/api/v1/tasks/recommend", json=goal_document(values))
     except ApiError as exc:
         return await _goal_page(request, user, values, problem=(NO_OPTIONS, {"message": exc.message}), status_code=exc.status)
-    return await _goal_page(request, user, values, result=result_view(answer))
+    return await _goal_page(request, user, values, result=result_view(answer, translator_for(request, user)))
 
 
 @router.post("/tasks/new/goal/submit", response_class=HTMLResponse)
