@@ -1,25 +1,29 @@
 """Software compatibility: can this device model, with this node's software stack, run
 the framework (and extras) a task asks for?
 
-The facts live in `data/compat.yaml` (versioned, operator-overridable); this module only
-interprets them. Verdicts carry a short stable `reason` (used as a key when counting why
-pools were rejected) and a specific `detail` sentence for the user.
+The facts are the sourced rows of `data/compat/*.yaml` (catalog/compat_data.py), merged
+with operators' rows; this module only interprets them. A verdict is three-valued:
+compatible, incompatible, or unknown — the tables do not cover the case (a framework,
+a runtime release or a framework release they do not know). Unknown is never a silent
+yes: it carries the nearest known rows, and the KB's `unknown` policy decides whether it
+blocks (the default) or is let through with a note. Every verdict names the rows it
+rests on (`rows`), each with its source.
 """
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from functools import lru_cache
-from importlib import resources
-from typing import Any
+from pathlib import Path
 
-import yaml
 from packaging.version import Version
 
-from hetpool.catalog.names import EXTRA_PACKAGES, FAMILY_WORDS, FRAMEWORK_PACKAGES, package_key
-from hetpool.catalog.versions import build_fits, cann_base, cann_matches, cann_version_key, find_row, ints, local_build, parse_version, public
+from hetpool.catalog.compat_data import CompatTables, Row, builtin_tables, read_table_dir, read_table_file
+from hetpool.catalog.compat_releases import Releases
+from hetpool.catalog.compat_runtime import FAMILY_LABEL, CudaFacts, Trace, device_verdict, known_runtime_versions, nearest_rows, runtime_known
+from hetpool.catalog.names import EXTRA_PACKAGES, FAMILY_WORDS, FRAMEWORK_PACKAGES, close_matches, package_key
+from hetpool.catalog.versions import cann_version_key, ints, parse_version, public
 from hetpool.core.errors import SpecError
 from hetpool.core.inventory import DeviceModelSpec, RuntimeName, SoftwareStack
 from hetpool.core.tasks import FrameworkRequest, parse_version_spec
@@ -30,7 +34,9 @@ R_NOT_ON_DEVICE = "framework not supported on device"
 R_STACK_UNKNOWN = "software stack unknown"
 R_STACK_MISMATCH = "software stack does not match device runtime"
 R_NO_RELEASE = "no known framework release matches"
+R_NO_TABLE = "no version table for this runtime"
 R_DRIVER = "driver too old for framework"
+R_DEVICE = "runtime release does not support the device"
 R_CANN = "CANN version cannot run framework version"
 R_RUNTIME = "runtime version cannot run framework version"
 R_RUNTIME_UNKNOWN = "runtime version not in knowledge base"
@@ -41,9 +47,12 @@ R_EXTRA = "extra not supported"
 R_EXTRA_NOT_INSTALLED = "extra not installed"
 R_EXTRA_MISMATCH = "installed extra version does not match"
 
-CHECKS = {"cuda-builds", "rocm-builds", "cann-torch-npu", "cann-table", "any"}
+UNKNOWN_POLICIES = ("block", "allow")
+CHECKS = ("cuda-builds", "rocm-builds", "torch-npu", "version-list", "torch-mlu", "any", "unknown")
 _RUNTIME_REASON = {"cuda": R_DRIVER, "cann": R_CANN}
-_DISPLAY = {"pytorch": "PyTorch", "mindspore": "MindSpore", "paddle": "PaddlePaddle", "tensorflow": "TensorFlow", "jax": "JAX", "vllm": "vLLM"}
+DISPLAY = {"pytorch": "PyTorch", "mindspore": "MindSpore", "paddle": "PaddlePaddle", "tensorflow": "TensorFlow", "jax": "JAX", "vllm": "vLLM"}
+# Extras the tables know: the framework they need and the table per runtime family.
+EXTRAS = {"vllm": {"framework": "pytorch", "tables": {"cuda": "vllm", "rocm": "vllm", "cann": "vllm-ascend"}}}
 
 
 @dataclass(frozen=True)
@@ -52,30 +61,21 @@ class CompatVerdict:
     reason: str = ""
     detail: str = ""
     notes: tuple[str, ...] = ()
+    unknown: bool = False  # the tables do not cover this case (ok says whether the policy lets it through)
+    rows: tuple[str, ...] = ()  # the rows the verdict rests on, each with its source
+    nearest: tuple[str, ...] = ()  # for an unknown verdict: the nearest rows the tables do have
+
+    @property
+    def status(self) -> str:
+        return "unknown" if self.unknown else "compatible" if self.ok else "incompatible"
 
 
-def _fail(reason: str, detail: str, notes: list[str] | tuple[str, ...] = ()) -> CompatVerdict:
+def _fail(reason: str, detail: str, notes: Iterable[str] = ()) -> CompatVerdict:
     return CompatVerdict(False, reason, detail, tuple(notes))
 
 
-def _reject_floats(obj: Any, where: str) -> None:
-    # YAML reads an unquoted 2.10 as the float 2.1: every version must be a quoted string.
-    if isinstance(obj, float):
-        raise SpecError(f"compatibility KB: {where or '(root)'}: {obj!r} is a number; quote version numbers")
-    items = obj.items() if isinstance(obj, Mapping) else enumerate(obj) if isinstance(obj, list) else ()
-    for key, value in items:
-        _reject_floats(key, where)
-        _reject_floats(value, f"{where}.{key}" if where else str(key))
-
-
-def _deep_merge(base: dict, override: Mapping) -> dict:
-    out = dict(base)
-    for key, value in override.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
-            out[key] = _deep_merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
+def _unknown(reason: str, detail: str, nearest: Iterable[Row] = (), notes: Iterable[str] = ()) -> CompatVerdict:
+    return CompatVerdict(False, reason, detail, tuple(notes), unknown=True, nearest=tuple(r.cite() for r in nearest))
 
 
 @dataclass
@@ -83,29 +83,35 @@ class _Runtime:
     """What the node offers, normalised: the family and its version facts."""
 
     family: str
+    generation: str = ""
     driver: str = ""
-    version: str = ""  # CANN / ROCm (or ROCm-equivalent of DTK) version
+    version: str = ""  # CANN / ROCm / DTK / XRE / CNToolkit release
     notes: tuple[str, ...] = ()
 
 
 class CompatibilityKB:
-    """The compatibility knowledge base (an immutable view over compat.yaml data)."""
+    """The compatibility knowledge base: an immutable view over the tables."""
 
-    def __init__(self, data: Mapping[str, Any]) -> None:
-        self._data = copy.deepcopy(dict(data))
-        self._validate()
-        # Names as package keys (case, '-', '_' alike) -> (the KB's name, implied runtime).
-        self._aliases: dict[str, str] = {}
-        self._packages: dict[str, tuple[str, str | None]] = {}
-        for name, entry in self._data.get("frameworks", {}).items():
-            for alias in [name, *entry.get("aliases", [])]:
-                self._aliases[package_key(str(alias))] = name
-        for alias, (target, family) in FRAMEWORK_PACKAGES.items():
-            if target in self._data.get("frameworks", {}):
-                self._packages[alias] = (target, family)
+    def __init__(self, tables: CompatTables, unknown: str = "block") -> None:
+        if unknown not in UNKNOWN_POLICIES:
+            raise SpecError(f"compat unknown policy: {unknown!r} (allowed: {', '.join(UNKNOWN_POLICIES)})")
+        self.tables = tables
+        self.unknown_policy = unknown
+        self.cuda = CudaFacts(tables)
+        self.releases = Releases(tables, self.cuda)
+        self._rules: dict[str, dict[str, Row]] = {}
+        runtimes = {r.value for r in RuntimeName}
+        for row in tables.rows("frameworks"):
+            if row.get("runtime") not in runtimes:
+                raise SpecError(f"{row.origin}: frameworks row {row.key}: runtime must be one of {', '.join(sorted(runtimes))}")
+            if row.get("check") not in CHECKS:
+                raise SpecError(f"{row.origin}: frameworks row {row.key}: check must be one of {', '.join(CHECKS)}")
+            self._rules.setdefault(str(row.get("framework")), {})[str(row.get("runtime"))] = row
+        self._aliases = {package_key(fw): fw for fw in self._rules}
+        self._aliases |= {alias: t for alias, (t, family) in FRAMEWORK_PACKAGES.items() if family is None and t in self._rules}
+        self._packages = {alias: t for alias, t in FRAMEWORK_PACKAGES.items() if t[0] in self._rules}
         self._packages |= {alias: (name, None) for alias, name in self._aliases.items()}
-        self._extras = {package_key(name): (name, None) for name in self._data.get("extras", {})}
-        self._extras |= {alias: t for alias, t in EXTRA_PACKAGES.items() if t[0] in self._data.get("extras", {})}
+        self._extras = {package_key(name): (name, None) for name in EXTRAS} | dict(EXTRA_PACKAGES)
 
     # -- construction -----------------------------------------------------------------
 
@@ -113,45 +119,29 @@ class CompatibilityKB:
     def builtin(cls) -> CompatibilityKB:
         return _builtin_kb()
 
-    @classmethod
-    def from_yaml(cls, text: str, source: str = "<compat>") -> CompatibilityKB:
-        return cls(_load_mapping(text, source))
+    def with_rows(self, rows: Iterable[Row]) -> CompatibilityKB:
+        """A new KB with operators' rows merged in (same key replaces, else added)."""
+        return CompatibilityKB(self.tables.merged(rows), self.unknown_policy)
 
-    def with_overrides(self, overrides: str | Mapping[str, Any]) -> CompatibilityKB:
-        """A new KB with operator entries merged in (mappings deep-merge; lists replace)."""
-        data = _load_mapping(overrides, "compat overrides") if isinstance(overrides, str) else overrides
-        return CompatibilityKB(_deep_merge(self._data, data))
+    def with_overrides(self, source: str | Path) -> CompatibilityKB:
+        """Rows from a directory of table files, one file, or a table file's text."""
+        if isinstance(source, Path):
+            return self.with_rows(read_table_dir(source))
+        return self.with_rows(read_table_file(source, "compat overrides"))
 
-    def _validate(self) -> None:
-        def bad(msg: str) -> SpecError:
-            return SpecError(f"compatibility KB: {msg}")
-
-        if not isinstance(self._data.get("version"), str):
-            raise bad("'version' is required and must be a quoted string")
-        _reject_floats(self._data, "")
-        runtimes = {r.value for r in RuntimeName}
-        for name, entry in self._data.get("frameworks", {}).items():
-            if not isinstance(entry, Mapping) or not isinstance(entry.get("runtimes"), Mapping):
-                raise bad(f"frameworks.{name}.runtimes must be a mapping")
-            for family, rule in entry["runtimes"].items():
-                if family not in runtimes:
-                    raise bad(f"frameworks.{name}.runtimes.{family}: unknown runtime (allowed: {sorted(runtimes)})")
-                if not isinstance(rule, Mapping) or rule.get("check") not in CHECKS:
-                    raise bad(f"frameworks.{name}.runtimes.{family}.check must be one of {sorted(CHECKS)}")
-        for branch in self._data.get("cuda", {}).get("driver_branches", {}):
-            if not str(branch).isdigit():
-                raise bad(f"cuda.driver_branches: {branch!r} is not a driver major version")
+    def with_policy(self, unknown: str) -> CompatibilityKB:
+        return CompatibilityKB(self.tables, unknown)
 
     @property
     def version(self) -> str:
-        return str(self._data["version"])
-
-    @property
-    def data(self) -> dict[str, Any]:
-        return copy.deepcopy(self._data)
+        """The newest `checked` date of any row: when the tables were last read against their sources."""
+        return self.tables.version
 
     def frameworks(self) -> list[str]:
-        return sorted(self._data.get("frameworks", {}))
+        return sorted(self._rules)
+
+    def rule(self, framework: str, family: str) -> Row | None:
+        return self._rules.get(framework, {}).get(family)
 
     def canonical_framework(self, name: str) -> str | None:
         """The KB's name for a framework as users spell it (`torch`, `Torch_NPU`), or None."""
@@ -165,185 +155,48 @@ class CompatibilityKB:
 
     def as_request(self, request: FrameworkRequest) -> FrameworkRequest:
         """`framework: {name: vllm-ascend, version: X}` means PyTorch with the extra
-        vllm-ascend X: an extra named as the framework becomes one, under the framework the
-        KB says it needs. Anything else is returned as it is."""
-        if package_key(request.name) in self._packages or package_key(request.name) not in self._extras:
+        vllm-ascend X: an extra named as the framework becomes one, under the framework it needs."""
+        key = package_key(request.name)
+        if key in self._packages or key not in self._extras:
             return request
-        needs = self._data["extras"][self._extras[package_key(request.name)][0]].get("framework")
-        if not needs:
-            return request
-        extras = {request.name: request.version, **request.extras}
-        return FrameworkRequest(name=needs, extras=extras)
+        needs = EXTRAS[self._extras[key][0]]["framework"]
+        return FrameworkRequest(name=needs, extras={request.name: request.version, **request.extras})
 
-    def _implied_family(self, name: str, table: dict[str, tuple[str, str | None]], family: str) -> str | None:
+    def installed_framework(self, name: str) -> str | None:
+        """The framework an installed distribution `name` (a node's stack) is a version of:
+        the KB's names and aliases only — a node's `torch_npu` version is not PyTorch's."""
+        return self._aliases.get(package_key(name))
+
+    def _implied_family(self, name: str, table: dict, family: str) -> str | None:
         """Why a package name cannot run on `family` (`torch_npu` on a GPU), or None."""
         found = table.get(package_key(name))
         if found is None or found[1] is None or found[1] == family:
             return None
         return f"{name} runs only on {FAMILY_WORDS.get(found[1], found[1])}"
 
-    # -- CUDA -------------------------------------------------------------------------
-
     def max_cuda_for_driver(self, driver: str) -> str | None:
-        """Highest CUDA the driver supports natively (by driver branch), or None."""
-        nums = ints(driver)
-        if not nums:
-            return None
-        branches = {int(k): str(v) for k, v in self._data.get("cuda", {}).get("driver_branches", {}).items()}
-        eligible = [b for b in branches if b <= nums[0]]
-        return branches[max(eligible)] if eligible else None
-
-    def _cuda_build_runs(self, build: str, driver: str) -> tuple[bool, str]:
-        native = self.max_cuda_for_driver(driver)
-        if native and ints(build)[:2] <= ints(native)[:2]:
-            return True, ""
-        rule = self._data.get("cuda", {}).get("minor_version_compat", {}).get(str(ints(build)[0]))
-        if rule and ints(driver)[:1] >= ints(str(rule["min_driver"]))[:1]:
-            return True, (f"CUDA {build} build runs on driver {driver} through CUDA minor-version compatibility (limited feature set)")
-        return False, ""
-
-    def _cuda_summary(self, driver: str) -> str:
-        native = self.max_cuda_for_driver(driver) or "none"
-        majors = [
-            m for m, r in self._data.get("cuda", {}).get("minor_version_compat", {}).items() if ints(driver)[:1] >= ints(str(r["min_driver"]))[:1]
-        ]
-        compat = f", and {'/'.join(m + '.x' for m in sorted(majors, key=int))} builds via minor-version compatibility" if majors else ""
-        return f"driver {driver} runs CUDA up to {native} natively{compat}"
+        """Highest CUDA the driver supports natively, or None."""
+        return self.cuda.native_cuda(driver)
 
     # -- the node ---------------------------------------------------------------------
 
-    def _node_runtime(self, family: str, stack: SoftwareStack | None) -> _Runtime | CompatVerdict:
+    def _node_runtime(self, model: DeviceModelSpec, stack: SoftwareStack | None) -> _Runtime | CompatVerdict:
+        family = model.runtime.value
         if family in ("none", "doca"):
-            return _Runtime(family)
+            return _Runtime(family, model.generation)
         if stack is None:
-            return _fail(R_STACK_UNKNOWN, f"no software stack is declared for this {family} node")
+            return _unknown(R_STACK_UNKNOWN, f"no software stack is declared for this {family} node")
         rt = stack.runtime
-        if rt is not None and rt.name.value != family and {rt.name.value, family} != {"rocm", "dtk"}:
+        if rt is not None and rt.name.value != family:
             return _fail(R_STACK_MISMATCH, f"the device needs the {family} runtime but the stack declares {rt.name.value}")
         if family == "cuda":
             if not ints(stack.driver):
-                return _fail(R_STACK_UNKNOWN, "the stack declares no NVIDIA driver version")
+                return _unknown(R_STACK_UNKNOWN, "the stack declares no NVIDIA driver version")
             notes = (f"node reports CUDA runtime {rt.version}; informational, the driver decides",) if rt else ()
-            return _Runtime(family, driver=stack.driver, notes=notes)
-        if rt is None:
-            return _fail(R_STACK_UNKNOWN, f"the stack declares no {family} runtime version")
-        version, notes = rt.version, ()
-        if family == "dtk" and rt.name.value == "dtk":
-            equivalent = self._data.get("dtk", {}).get("rocm_equivalent", {}).get(rt.version)
-            if equivalent:
-                version, notes = str(equivalent), (f"DTK {rt.version} treated as ROCm {equivalent} (approximation)",)
-            elif (ints(rt.version) or (0,))[0] >= 20:
-                version, notes = "", (f"DTK {rt.version} has no ROCm equivalent in the KB; ROCm builds allowed (approximation)",)
-            else:
-                notes = (f"DTK {rt.version} compared as a ROCm version (approximation)",)
-        return _Runtime(family, driver=stack.driver, version=version, notes=notes)
-
-    # -- can one concrete version run? --------------------------------------------------
-
-    def _cann_entry(self, cann: str) -> tuple[str, Mapping[str, Any]] | None:
-        releases = self._data.get("cann", {}).get("releases", {})
-        key = cann_version_key(cann)
-        for name, entry in releases.items():
-            if cann_version_key(name) == key:
-                return name, entry
-        for name, entry in releases.items():
-            if cann_base(cann_version_key(name)) == cann_base(key):
-                return name, entry
-        return None
-
-    def _cann_torch_versions(self, cann: str) -> list[str] | None:
-        found = self._cann_entry(cann)
-        if found is None:
-            return None
-        return [Version(v).base_version for v in found[1].get("torch_npu", [])]
-
-    def _can_run(self, fw: str, rule: Mapping[str, Any], node: _Runtime, version: str) -> tuple[bool, list[str]]:
-        check = rule["check"]
-        notes = [rule["note"]] if rule.get("note") else []
-        build = local_build(version)
-        if build and not build_fits(build[0], node.family):
-            return False, [f"installed build '+{parse_version(version).local}' is not for {node.family}"]
-        if check == "any":
-            return True, notes
-        v = parse_version(version)
-        if v is None:
-            return False, []
-        base = v.base_version
-        rows = self._data["frameworks"][fw].get("releases", {})
-        if check == "cann-torch-npu":
-            supported = self._cann_torch_versions(node.version) or []
-            return (Version(base) in {Version(s) for s in supported}), notes
-        found = find_row(rows, base)
-        if found is None:
-            return False, []
-        row = found[1]
-        if row.get("verified") is False:
-            notes.append(f"{_DISPLAY.get(fw, fw)} {found[0]} compatibility data is not verified")
-        if check == "cann-table":
-            return any(cann_matches(str(c), node.version) for c in row.get("cann", [])), notes
-        if check == "cuda-builds":
-            builds = [(str(b), False) for b in row.get("cuda", [])] + [(str(b), True) for b in row.get("cuda_experimental", [])]
-            if build:
-                builds = [(b, exp) for b, exp in builds if ints(b)[:2] == ints(build[1])[:2]] or [(build[1], False)]
-            results = [(self._cuda_build_runs(b, node.driver), b, exp) for b, exp in builds]
-            # Prefer a build the driver runs natively, then a stable one.
-            results.sort(key=lambda r: (bool(r[0][1]), r[2]))
-            for (ok, note), b, exp in results:
-                if ok:
-                    extra = [note] if note else []
-                    if exp:
-                        extra.append(f"uses the experimental CUDA {b} build")
-                    return True, notes + extra
-            return False, notes
-        if check == "rocm-builds":
-            if not node.version:  # unmapped DTK: allow, a note already says so
-                return bool(row.get("rocm")), notes
-            node_v = ints(node.version)[:2]
-            builds = [str(b) for b in row.get("rocm", [])]
-            if build:
-                builds = [b for b in builds if ints(b)[:2] == ints(build[1])[:2]] or [build[1]]
-            return any(ints(b)[0] == node_v[0] and ints(b)[:2] <= node_v for b in builds), notes
-        return False, []
-
-    def _known_versions(self, fw: str, rule: Mapping[str, Any], node: _Runtime) -> list[str]:
-        versions = {r for row in self._data["frameworks"][fw].get("releases", {}).values() for r in row.get("releases", [])}
-        if rule["check"] == "cann-torch-npu":
-            versions |= set(self._cann_torch_versions(node.version) or [])
-        return sorted(versions, key=Version, reverse=True)
-
-    def _builds(self, fw: str, versions: list[str], key: str) -> str:
-        """' (CUDA builds 2.8: 12.6, 12.8, 12.9)' for the release series among `versions`."""
-        rows = self._data["frameworks"][fw].get("releases", {})
-        found = dict(f for f in (find_row(rows, v) for v in versions) if f)
-        parts = [
-            f"{k}: {', '.join(str(b) for b in r.get(key, []) + r.get(key + '_experimental', [])) or 'none'}"
-            for k, r in sorted(found.items(), key=lambda kv: ints(kv[0]))
-        ]
-        return f" ({'CUDA' if key == 'cuda' else 'ROCm'} builds {'; '.join(parts)})" if parts else ""
-
-    def _runtime_failure(self, fw: str, node: _Runtime, wanted: str, versions: list[str]) -> CompatVerdict:
-        name = _DISPLAY.get(fw, fw)
-        notes = list(node.notes)
-        if node.family == "cuda":
-            builds = self._builds(fw, versions, "cuda")
-            return _fail(R_DRIVER, f"{self._cuda_summary(node.driver)}; no {name} {wanted} build can run there{builds}", notes)
-        if node.family == "cann" and fw == "pytorch":
-            torch = self._cann_torch_versions(node.version)
-            if torch is None:
-                return self._cann_unknown(node.version, notes)
-            listed = ", ".join(torch) or "nothing"
-            return _fail(R_CANN, f"CANN {node.version} supports torch_npu for PyTorch {listed}; the task needs {wanted}", notes)
-        if node.family == "cann":
-            return _fail(R_CANN, f"CANN {node.version} is not listed for {name} {wanted}", notes)
-        label = {"rocm": "ROCm", "dtk": "DTK (as ROCm)"}.get(node.family, node.family)
-        builds = self._builds(fw, versions, "rocm") if node.family in ("rocm", "dtk") else ""
-        return _fail(_RUNTIME_REASON.get(node.family, R_RUNTIME), f"{label} {node.version or '?'} cannot run {name} {wanted}{builds}", notes)
-
-    def _cann_unknown(self, cann: str, notes: list[str]) -> CompatVerdict:
-        known = sorted(self._data.get("cann", {}).get("releases", {}), key=cann_version_key)
-        return _fail(
-            R_RUNTIME_UNKNOWN, f"CANN {cann} is not in the compatibility KB (known: {', '.join(known)}); add it with HETPOOL_COMPAT_OVERRIDES", notes
-        )
+            return _Runtime(family, model.generation, driver=stack.driver, notes=notes)
+        if rt is None or not rt.version:
+            return _unknown(R_STACK_UNKNOWN, f"the stack declares no {FAMILY_LABEL.get(family, family)} runtime version")
+        return _Runtime(family, model.generation, driver=stack.driver, version=rt.version)
 
     # -- public checks ----------------------------------------------------------------
 
@@ -355,81 +208,134 @@ class CompatibilityKB:
         otherwise the version installed on the node (stack.frameworks) is what runs."""
         if request is None or request.name == "none":
             return CompatVerdict(True)
-        request = self.as_request(request)
+        token = Trace.start()
+        try:
+            verdict = self._check(model, stack, self.as_request(request), has_image)
+        finally:
+            rows = Trace.stop(token)
+        verdict = replace(verdict, rows=tuple(r.cite() for r in rows))
+        if verdict.unknown and self.unknown_policy == "allow":
+            note = f"not covered by the compatibility tables ({verdict.detail}); allowed by the compat unknown policy"
+            return replace(verdict, ok=True, notes=(*verdict.notes, note))
+        return verdict
+
+    def _check(self, model: DeviceModelSpec, stack: SoftwareStack | None, request: FrameworkRequest, has_image: bool) -> CompatVerdict:
         fw = self.canonical_framework(request.name)
         if fw is None:
-            return _fail(R_UNKNOWN_FRAMEWORK, f"framework {request.name!r} is not in the compatibility KB (known: {', '.join(self.frameworks())})")
-        family = model.runtime.value
-        name = _DISPLAY.get(fw, fw)
-        rule = self._data["frameworks"][fw]["runtimes"].get(family)
+            close = close_matches(request.name, self.framework_names())
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            return _unknown(R_UNKNOWN_FRAMEWORK, f"framework {request.name!r} is not in the compatibility KB (known: {', '.join(self.frameworks())}){hint}")
+        family, name = model.runtime.value, DISPLAY.get(fw, fw)
         if only := self._implied_family(request.name, self._packages, family):
             return _fail(R_NOT_ON_DEVICE, f"{only}; {model.name} is a {model.device_class.value.upper()} ({family})")
+        rule = Trace.use(self.rule(fw, family))
         if rule is None:
-            families = [FAMILY_WORDS.get(f, f) for f in self._data["frameworks"][fw]["runtimes"]]
+            families = [FAMILY_WORDS.get(f, f) for f in self._rules[fw]]
             where = ", ".join(families[:-1]) + " and " + families[-1] if len(families) > 1 else families[0]
-            cls = model.device_class.value.upper()
-            return _fail(R_NOT_ON_DEVICE, f"{name} runs only on {where}; {model.name} is a {cls} ({family})")
-        node = self._node_runtime(family, stack)
+            return _fail(R_NOT_ON_DEVICE, f"{name} runs only on {where}; {model.name} is a {model.device_class.value.upper()} ({family})")
+        node = self._node_runtime(model, stack)
         if isinstance(node, CompatVerdict):
             return node
         notes = list(node.notes)
-        if rule["check"] == "cann-torch-npu" and self._cann_torch_versions(node.version) is None:
-            return self._cann_unknown(node.version, notes)
-        if rule["check"] == "cann-table" and self._cann_entry(node.version) is None and not self._cann_listed(fw, node):
-            return self._cann_unknown(node.version, notes)
+        runs, why, note = device_verdict(self.tables, self.cuda, family, node.generation, node.version, node.driver)
+        if not runs:
+            return _fail(R_DEVICE, f"{why}; {model.name} cannot run {name} there", notes)
+        notes += [note] if note else []
+        check = str(rule.get("check"))
+        if check == "unknown":
+            return _unknown(R_NO_TABLE, f"the KB has no {name} version table for {FAMILY_WORDS.get(family, family)}", [rule], notes)
+        if check != "any" and family not in ("cuda", "none", "doca") and not runtime_known(self.tables, family, node.version):
+            return self._runtime_unknown(family, node.version, notes)
+        verdict = self._framework_verdict(fw, rule, node, request, stack, has_image, notes)
+        if not verdict.ok:
+            return verdict
+        notes = list(verdict.notes)
+        installed_map = stack.frameworks if (stack and not has_image) else {}
+        for extra, extra_spec in request.extras.items():
+            extra_verdict = self._check_extra(fw, extra, extra_spec, request, node, installed_map)
+            if not extra_verdict.ok:
+                return replace(extra_verdict, notes=tuple(notes) + extra_verdict.notes)
+            notes += extra_verdict.notes
+        return CompatVerdict(True, notes=tuple(dict.fromkeys(notes)))
+
+    def _framework_verdict(self, fw, rule: Row, node: _Runtime, request, stack, has_image: bool, notes: list[str]) -> CompatVerdict:
+        name = DISPLAY.get(fw, fw)
+        check = str(rule.get("check"))
         spec = parse_version_spec(request.version)
         wanted = request.version or "any version"
         installed_map = stack.frameworks if (stack and not has_image) else {}
         if installed_map:
-            installed = self._installed(fw, installed_map)
+            installed = next((v for k, v in installed_map.items() if self.installed_framework(k) == fw), None)
             if installed is None:
                 return _fail(R_NOT_INSTALLED, f"{name} is not installed on the node and the task has no image", notes)
             v = parse_version(installed)
             if v is None or not spec.contains(public(v), prereleases=True):
                 return _fail(R_INSTALLED_MISMATCH, f"the node has {name} {installed}; the task needs {wanted}", notes)
-            ok, run_notes = self._can_run(fw, rule, node, installed)
+            if check == "any":
+                return CompatVerdict(True, notes=tuple(notes + ([rule.note] if rule.note else [])))
+            if not self.releases.known(fw, check, node, installed):
+                return self._release_unknown(fw, installed, notes)
+            ok, run_notes = self.releases.can_run(fw, check, node, installed)
             if not ok:
                 if run_notes and run_notes[-1].startswith("installed build"):
                     return _fail(R_BUILD_MISMATCH, f"{name} {installed}: {run_notes[-1]}", notes)
-                return self._runtime_failure(fw, node, installed, [installed])
-            notes += run_notes
-        elif rule["check"] == "any":
-            notes += [rule["note"]] if rule.get("note") else []
-        else:
-            candidates = [c for c in self._known_versions(fw, rule, node) if spec.contains(c, prereleases=True)]
-            if not candidates:
-                return _fail(
-                    R_NO_RELEASE, f"no {name} release known to the KB matches {wanted}; add newer releases with HETPOOL_COMPAT_OVERRIDES", notes
-                )
-            runs = [n for ok, n in (self._can_run(fw, rule, node, c) for c in candidates) if ok]
-            if not runs:
-                return self._runtime_failure(fw, node, wanted, candidates)
-            # Report the caveats of the cleanest option (e.g. a native CUDA build if any).
-            notes += min(runs, key=len)
-        for extra, extra_spec in request.extras.items():
-            verdict = self._check_extra(fw, extra, extra_spec, request, node, installed_map)
-            if not verdict.ok:
-                return _fail(verdict.reason, verdict.detail, notes + list(verdict.notes))
-            notes += verdict.notes
-        return CompatVerdict(True, notes=tuple(dict.fromkeys(notes)))
+                return self._runtime_failure(fw, node, installed, [installed], run_notes)
+            return CompatVerdict(True, notes=tuple(notes + run_notes))
+        if check == "any":
+            return CompatVerdict(True, notes=tuple(notes + ([rule.note] if rule.note else [])))
+        candidates = [c for c in self.releases.versions(fw, check, node) if spec.contains(c, prereleases=True)]
+        if not candidates:
+            return self._release_unknown(fw, wanted, notes)
+        results = [self.releases.can_run(fw, check, node, c) for c in candidates]
+        runs = [n for ok, n in results if ok]
+        if not runs:
+            return self._runtime_failure(fw, node, wanted, candidates, [n for _, ns in results for n in ns])
+        # Report the caveats of the cleanest option (e.g. a native CUDA build if any).
+        return CompatVerdict(True, notes=tuple(notes + min(runs, key=len)))
 
-    def _cann_listed(self, fw: str, node: _Runtime) -> bool:
-        rows = self._data["frameworks"][fw].get("releases", {}).values()
-        return any(cann_matches(str(c), node.version) for row in rows for c in row.get("cann", []))
+    def _release_unknown(self, fw: str, wanted: str, notes: list[str]) -> CompatVerdict:
+        rows = list(self.tables.rows(fw))
+        nearest = nearest_rows(rows, "pip", wanted.lstrip("=<>!~ "), "releases") if ints(wanted) else rows[-1:]
+        return _unknown(
+            R_NO_RELEASE,
+            f"no {DISPLAY.get(fw, fw)} release known to the KB matches {wanted}; add rows with a CompatibilityRule",
+            nearest or rows[-1:],
+            notes,
+        )
 
-    def installed_framework(self, name: str) -> str | None:
-        """The framework an installed distribution `name` (a node's stack) is a version of:
-        the KB's names and aliases only — a node's `torch_npu` version is not PyTorch's."""
-        return self._aliases.get(package_key(name))
+    def _runtime_unknown(self, family: str, version: str, notes: list[str]) -> CompatVerdict:
+        label = FAMILY_LABEL.get(family, family)
+        known = known_runtime_versions(self.tables, family)
+        table = {"cann": "torch-npu", "neuware": "torch-mlu"}.get(family, "runtime-devices")
+        column = {"cann": "cann", "neuware": "cntoolkit"}.get(family, "first")
+        rows = [r for r in self.tables.rows(table) if table != "runtime-devices" or r.get("runtime") == family]
+        shown = ", ".join(known[-8:]) + (" …" if len(known) > 8 else "") if known else "none"
+        return _unknown(
+            R_RUNTIME_UNKNOWN,
+            f"{label} {version} is not in the compatibility KB (known: {shown}); add it with a CompatibilityRule",
+            nearest_rows(rows, family, version, column),
+            notes,
+        )
 
-    def _installed(self, fw: str, installed: Mapping[str, str]) -> str | None:
-        return next((value for key, value in installed.items() if self.installed_framework(key) == fw), None)
+    def _runtime_failure(self, fw: str, node: _Runtime, wanted: str, versions: list[str], why: list[str]) -> CompatVerdict:
+        name = DISPLAY.get(fw, fw)
+        arch = next((w for w in why if "predates" in w or "no longer" in w), "")
+        tail = f" ({arch})" if arch else ""
+        if node.family == "cuda":
+            builds = self.releases.builds_text(fw, versions, "cuda")
+            return _fail(R_DRIVER, f"{self.cuda.summary(node.driver)}; no {name} {wanted} build can run there{builds}{tail}")
+        if node.family == "cann" and fw == "pytorch":
+            listed = ", ".join(self.releases.torch_on_cann(node.version) or []) or "nothing"
+            return _fail(R_CANN, f"CANN {node.version} supports torch_npu for PyTorch {listed}; the task needs {wanted}")
+        if node.family == "cann":
+            return _fail(R_CANN, f"CANN {node.version} is not listed for {name} {wanted}{tail}")
+        label = FAMILY_LABEL.get(node.family, node.family)
+        builds = self.releases.builds_text(fw, versions, node.family) if node.family in ("rocm", "dtk", "xre") else ""
+        return _fail(_RUNTIME_REASON.get(node.family, R_RUNTIME), f"{label} {node.version or '?'} cannot run {name} {wanted}{builds}{tail}")
 
-    def _check_extra(
-        self, fw: str, extra: str, spec_text: str, request: FrameworkRequest, node: _Runtime, installed_map: Mapping[str, str]
-    ) -> CompatVerdict:
+    def _check_extra(self, fw: str, extra: str, spec_text: str, request, node: _Runtime, installed_map) -> CompatVerdict:
         spec = parse_version_spec(spec_text)
-        label = _DISPLAY.get(extra, extra)
+        label = DISPLAY.get(extra, extra)
         if only := self._implied_family(extra, self._extras, node.family):
             return _fail(R_EXTRA, f"{only}; this device uses {node.family}")
         known = self._extras.get(package_key(extra))
@@ -442,88 +348,40 @@ class CompatibilityKB:
             v = parse_version(installed)
             if v is None or not spec.contains(public(v), prereleases=True):
                 return _fail(R_EXTRA_MISMATCH, f"the node has {label} {installed}; the task needs {spec_text or 'any'}")
-        entry = self._data.get("extras", {}).get(extra)
+        entry = EXTRAS.get(extra)
         if entry is None:
             return CompatVerdict(True, notes=(f"extra {extra!r} is not in the compatibility KB; not checked",))
-        if entry.get("framework") and entry["framework"] != fw:
-            return _fail(R_EXTRA, f"{label} needs {_DISPLAY.get(entry['framework'], entry['framework'])}, the task uses {_DISPLAY.get(fw, fw)}")
-        if node.family not in entry.get("runtimes", []):
-            return _fail(R_EXTRA, f"{label} runs on {', '.join(entry.get('runtimes', []))}; this device uses {node.family}")
-        on_cann = node.family == "cann"
-        rows = entry.get("cann" if on_cann else "releases", {})
-        versions = (
-            [installed]
-            if installed
-            else sorted(
-                {r for row in rows.values() for r in row.get("releases", []) if spec.contains(r, prereleases=True)}, key=Version, reverse=True
-            )
-        )
-        fw_spec = parse_version_spec(request.version)
-        fw_rule = self._data["frameworks"][fw]["runtimes"][node.family]
-        for version in versions:
-            found = find_row(rows, str(version))
-            if found is None:
-                continue
-            key, row = found
-            torch = str(row.get("torch", ""))
-            if not installed and torch and not fw_spec.contains(torch, prereleases=True):
-                continue
-            if on_cann:
-                if not any(cann_matches(str(c), node.version) for c in row.get("cann", [])):
-                    continue
-            elif torch and not self._can_run(fw, fw_rule, node, torch)[0]:
-                continue
-            notes = [f"{label} {version} is built against torch {torch}"] if torch else []
-            if on_cann:
-                notes.insert(0, f"on Ascend {label} means vllm-ascend {key} (CANN {', '.join(row.get('cann', []))})")
-            if row.get("verified") is False:
-                notes.append(f"{label} {key} compatibility data is not verified")
-            return CompatVerdict(True, notes=tuple(notes))
-        where = (
-            f"CANN {node.version} (vllm-ascend matrix)"
-            if on_cann
-            else (f"this node ({self._cuda_summary(node.driver)})" if node.family == "cuda" else f"{node.family} {node.version}")
-        )
-        wanted = installed or spec_text or "any version"
-        return _fail(
-            R_EXTRA,
-            f"no {label} release for {wanted} runs on {where}" + (f" with {_DISPLAY.get(fw, fw)} {request.version}" if request.version else ""),
-        )
+        if entry["framework"] != fw:
+            return _fail(R_EXTRA, f"{label} needs {DISPLAY.get(entry['framework'], entry['framework'])}, the task uses {DISPLAY.get(fw, fw)}")
+        table = entry["tables"].get(node.family)
+        if table is None:
+            return _fail(R_EXTRA, f"{label} runs on {', '.join(entry['tables'])}; this device uses {node.family}")
+        return self.releases.extra_verdict(table, label, installed, spec, request.version, node)
 
     def supported_frameworks(self, model: DeviceModelSpec, stack: SoftwareStack | None) -> dict[str, list[str]]:
-        """framework -> versions this model+stack can run ("*" where the KB has no table).
-        Frameworks the device family cannot run at all are left out."""
+        """framework -> versions this model+stack can run ("*" where any version runs).
+        Frameworks the device family cannot run, and those the tables do not cover, are left out."""
         family = model.runtime.value
+        node = self._node_runtime(model, stack)
         out: dict[str, list[str]] = {}
-        for fw, entry in self._data.get("frameworks", {}).items():
-            rule = entry["runtimes"].get(family)
-            if rule is None:
+        for fw in self.frameworks():
+            rule = self.rule(fw, family)
+            if rule is None or rule.get("check") == "unknown":
                 continue
-            if rule["check"] == "any":
+            if rule.get("check") == "any":
                 out[fw] = ["*"]
                 continue
-            node = self._node_runtime(family, stack)
-            if isinstance(node, CompatVerdict):
+            if isinstance(node, CompatVerdict) or not device_verdict(self.tables, self.cuda, family, node.generation, node.version, node.driver)[0]:
                 out[fw] = []
                 continue
-            out[fw] = [v for v in self._known_versions(fw, rule, node) if self._can_run(fw, rule, node, v)[0]]
+            check = str(rule.get("check"))
+            out[fw] = [v for v in self.releases.versions(fw, check, node) if self.releases.can_run(fw, check, node, v)[0]]
         return out
-
-
-def _load_mapping(text: str, source: str) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{source}: not valid YAML: {exc}") from None
-    if not isinstance(data, dict):
-        raise SpecError(f"{source}: expected a mapping at the top level")
-    return data
 
 
 @lru_cache(maxsize=1)
 def _builtin_kb() -> CompatibilityKB:
-    text = resources.files("hetpool.catalog").joinpath("data/compat.yaml").read_text(encoding="utf-8")
-    return CompatibilityKB.from_yaml(text, "hetpool/catalog/data/compat.yaml")
+    return CompatibilityKB(builtin_tables())
 
 
 def max_cuda_for_driver(driver: str) -> str | None:
@@ -533,3 +391,6 @@ def max_cuda_for_driver(driver: str) -> str | None:
 
 def supported_frameworks(model: DeviceModelSpec, stack: SoftwareStack | None) -> dict[str, list[str]]:
     return CompatibilityKB.builtin().supported_frameworks(model, stack)
+
+
+__all__ = ["CompatVerdict", "CompatibilityKB", "cann_version_key", "max_cuda_for_driver", "supported_frameworks", "Version"]
