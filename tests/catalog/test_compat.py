@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hetpool.catalog.compat import CompatibilityKB, CompatVerdict, cann_version_key, max_cuda_for_driver, supported_frameworks
+from hetpool.catalog.compat_data import parse_rows
 from hetpool.catalog.devices import DeviceCatalog
 from hetpool.core.errors import SpecError
 from hetpool.core.inventory import DeviceClass, RuntimeName, RuntimeVersion, SoftwareStack
@@ -30,7 +31,8 @@ def cann(version: str, **frameworks: str) -> SoftwareStack:
 
 
 def test_kb_metadata() -> None:
-    assert KB.version == "2026.11"
+    # The KB's version is the newest date any row was checked against its source.
+    assert KB.version == max(row.checked for row in KB.tables.all_rows())
     assert CompatibilityKB.builtin() is KB
     assert {"pytorch", "mindspore", "paddle", "tensorflow", "jax"} <= set(KB.frameworks())
     assert KB.canonical_framework("Torch") == "pytorch"
@@ -73,7 +75,11 @@ def test_pytorch_2_4_needs_cann_8_0_rc3_or_later() -> None:
 def test_unknown_cann_version_is_reported() -> None:
     verdict = KB.check(B2, cann("8.4.0"), req("pytorch", "2.7"), has_image=True)
     assert verdict.reason == "runtime version not in knowledge base"
-    assert "HETPOOL_COMPAT_OVERRIDES" in verdict.detail
+    assert verdict.unknown and verdict.status == "unknown" and not verdict.ok
+    assert "CompatibilityRule" in verdict.detail
+    # The nearest known releases on either side, each row with its source.
+    assert any(n.startswith("torch-npu 8.3.") for n in verdict.nearest) and any(n.startswith("torch-npu 8.5.0") for n in verdict.nearest)
+    assert all("checked 20" in n for n in verdict.nearest)
 
 
 def test_cann_version_ordering() -> None:
@@ -146,16 +152,23 @@ def test_rocm_and_dtk() -> None:
     old = KB.check(mi300x, stack(runtime="rocm", version="6.0"), req("pytorch", "2.5"), has_image=True)
     assert old.reason == "runtime version cannot run framework version" and "6.2" in old.detail
     k100 = CATALOG.get("hygon-k100")
+    # Hygon builds its own PyTorch per DTK release and the tables have no row of them:
+    # an explicit "unknown", never the old silent "checked as ROCm".
     verdict = KB.check(k100, stack(runtime="dtk", version="24.04"), req("pytorch", "2.3"), has_image=True)
-    assert verdict.ok and any("approximation" in n for n in verdict.notes)
-    assert not KB.check(k100, stack(runtime="dtk", version="24.04"), req("tensorflow"), has_image=True).ok
+    assert verdict.status == "unknown" and verdict.reason == "no version table for this runtime" and not verdict.ok
+    assert KB.with_policy("allow").check(k100, stack(runtime="dtk", version="24.04"), req("pytorch", "2.3"), has_image=True).ok
+    assert KB.check(k100, stack(runtime="dtk", version="24.04"), req("tensorflow"), has_image=True).reason == "framework not supported on device"
 
 
 def test_other_frameworks_and_runtimes() -> None:
     mlu = CATALOG.get("cambricon-mlu370-x8")
-    verdict = KB.check(mlu, stack(runtime="neuware", version="5.10.31"), req("pytorch", "2.1"), has_image=True)
+    verdict = KB.check(mlu, stack(runtime="neuware", version="3.15.1"), req("pytorch", "2.1"), has_image=True)
     assert verdict.ok and any("torch_mlu" in n for n in verdict.notes)
-    assert KB.check(B2, cann("8.0.0"), req("paddle", ">=2.6"), has_image=True).ok
+    # torch_mlu 1.24.0 for PyTorch 2.1 is built against CNToolkit 3.15.1; older toolkits run older torch_mlu.
+    assert KB.check(mlu, stack(runtime="neuware", version="3.13.5"), req("pytorch", "2.4"), has_image=True).ok
+    assert not KB.check(mlu, stack(runtime="neuware", version="3.13.5"), req("pytorch", "2.9"), has_image=True).ok
+    # A CNToolkit newer than every row (cnmon's driver version 5.10 is no CNToolkit) is unknown.
+    assert KB.check(mlu, stack(runtime="neuware", version="5.10.31"), req("pytorch", "2.1"), has_image=True).status == "unknown"
     assert not KB.check(B2, cann("8.0.0"), req("jax"), has_image=True).ok
     bf3 = CATALOG.get("nvidia-bluefield-3")
     assert KB.check(bf3, None, req("dpdk"), has_image=True).ok
@@ -180,7 +193,7 @@ def test_vllm_extra() -> None:
     assert KB.check(A100, stack("535.104.05", torch="2.4.0", vllm="0.6.3"), req("pytorch", "2.4", vllm=">=0.6")).ok
     # Not on Cambricon, not with MindSpore.
     mlu = CATALOG.get("cambricon-mlu370-x8")
-    assert KB.check(mlu, stack(runtime="neuware", version="5.10"), req("pytorch", vllm=""), has_image=True).reason == "extra not supported"
+    assert KB.check(mlu, stack(runtime="neuware", version="3.15.1"), req("pytorch", vllm=""), has_image=True).reason == "extra not supported"
     assert KB.check(B2, cann("8.0.RC2"), req("mindspore", "2.3", vllm=""), has_image=True).reason == "extra not supported"
 
 
@@ -201,32 +214,42 @@ def test_unknown_extra_is_allowed_with_a_note() -> None:
     assert verdict.ok and any("transformers" in n for n in verdict.notes)
 
 
-def test_operator_override_adds_cann_version() -> None:
+def test_operator_rows_add_a_cann_release() -> None:
     node = cann("8.4.0")
-    assert not KB.check(B2, node, req("pytorch", "2.7"), has_image=True).ok
-    extended = KB.with_overrides('cann:\n  releases:\n    "8.4.0": {torch_npu: ["2.7.1.post3", "2.6.0.post4"]}\n')
+    assert KB.check(B2, node, req("pytorch", "2.7"), has_image=True).status == "unknown"
+    extended = KB.with_overrides(
+        'table: torch-npu\nrows:\n  - {cann: "8.4.0", torch_npu: ["2.7.1.post3", "2.6.0.post4"], source: "site run 2026-11", checked: "2026-11-30"}\n'
+    )
     verdict = extended.check(B2, node, req("pytorch", "2.7"), has_image=True)
     assert verdict.ok, verdict
-    # Deep merge: the built-in entries are still there, and the built-in KB is unchanged.
+    assert any("from compat overrides" in row for row in verdict.rows)  # the row names where it came from
+    # The built-in rows are still there, and the built-in KB is unchanged.
     assert extended.check(B2, cann("8.0.0"), req("pytorch", "2.4"), has_image=True).ok
-    assert not KB.check(B2, node, req("pytorch", "2.7"), has_image=True).ok
+    assert KB.check(B2, node, req("pytorch", "2.7"), has_image=True).status == "unknown"
 
 
-def test_override_mapping_adds_framework_and_validates() -> None:
-    extended = KB.with_overrides({"frameworks": {"onnxruntime": {"runtimes": {"cuda": {"check": "any"}, "none": {"check": "any"}}}}})
+def test_operator_rows_add_a_framework_and_are_validated() -> None:
+    rows = [{"framework": "onnxruntime", "runtime": r, "check": "any", "source": "site", "checked": "2026-12-01"} for r in ("cuda", "none")]
+    extended = KB.with_rows(parse_rows("frameworks", rows, "test"))
     assert extended.check(A100, stack("535"), req("onnxruntime"), has_image=True).ok
+    with pytest.raises(SpecError, match="runtime must be one of"):
+        KB.with_rows(parse_rows("frameworks", [{**rows[0], "runtime": "opencl"}], "test"))
+    with pytest.raises(SpecError, match="quote version numbers"):
+        KB.with_overrides('table: torch-npu\nrows: [{cann: 8.4, torch_npu: ["2.7"], source: s, checked: "2026-12-01"}]\n')
+    with pytest.raises(SpecError, match="source is required"):
+        KB.with_overrides('table: torch-npu\nrows: [{cann: "8.4.0", torch_npu: ["2.7"], checked: "2026-12-01"}]\n')
+    with pytest.raises(SpecError, match="unknown column 'torch'"):
+        KB.with_overrides('table: torch-npu\nrows: [{cann: "8.4.0", torch: ["2.7"], source: s, checked: "2026-12-01"}]\n')
+    with pytest.raises(SpecError, match="unknown table"):
+        KB.with_overrides("table: nope\nrows: []\n")
     with pytest.raises(SpecError):
-        KB.with_overrides({"frameworks": {"x": {"runtimes": {"opencl": {"check": "any"}}}}})
-    with pytest.raises(SpecError):
-        KB.with_overrides("cann: {releases: {8.4.0: {torch_npu: [2.7]}}}")  # unquoted numbers
-    with pytest.raises(SpecError):
-        CompatibilityKB.from_yaml("- not a mapping")
+        KB.with_overrides("- not a mapping")
 
 
 def test_supported_frameworks_view() -> None:
     on_cann = supported_frameworks(B2, cann("8.0.0"))
     assert on_cann["pytorch"] == ["2.4.0", "2.3.1", "2.1.0"]
-    assert "tensorflow" not in on_cann and on_cann["paddle"] == ["*"]
+    assert "tensorflow" not in on_cann and "2.4.0" in on_cann["mindspore"]
     old_driver = KB.supported_frameworks(A100, stack("470.82.01"))
     assert "2.7.1" in old_driver["pytorch"] and "2.8.0" not in old_driver["pytorch"]
     assert "mindspore" not in old_driver

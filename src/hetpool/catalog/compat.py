@@ -237,13 +237,13 @@ class CompatibilityKB:
         if isinstance(node, CompatVerdict):
             return node
         notes = list(node.notes)
+        check = str(rule.get("check"))
+        if check == "unknown":
+            return _unknown(R_NO_TABLE, f"the KB has no {name} version table for {FAMILY_WORDS.get(family, family)}", [rule], notes)
         runs, why, note = device_verdict(self.tables, self.cuda, family, node.generation, node.version, node.driver)
         if not runs:
             return _fail(R_DEVICE, f"{why}; {model.name} cannot run {name} there", notes)
         notes += [note] if note else []
-        check = str(rule.get("check"))
-        if check == "unknown":
-            return _unknown(R_NO_TABLE, f"the KB has no {name} version table for {FAMILY_WORDS.get(family, family)}", [rule], notes)
         if check != "any" and family not in ("cuda", "none", "doca") and not runtime_known(self.tables, family, node.version):
             return self._runtime_unknown(family, node.version, notes)
         verdict = self._framework_verdict(fw, rule, node, request, stack, has_image, notes)
@@ -275,6 +275,8 @@ class CompatibilityKB:
                 return CompatVerdict(True, notes=tuple(notes + ([rule.note] if rule.note else [])))
             if not self.releases.known(fw, check, node, installed):
                 return self._release_unknown(fw, installed, notes)
+            if not self.releases.informed(fw, check, node.family, installed):
+                return self._not_informed(fw, node, installed, notes)
             ok, run_notes = self.releases.can_run(fw, check, node, installed)
             if not ok:
                 if run_notes and run_notes[-1].startswith("installed build"):
@@ -286,6 +288,8 @@ class CompatibilityKB:
         candidates = [c for c in self.releases.versions(fw, check, node) if spec.contains(c, prereleases=True)]
         if not candidates:
             return self._release_unknown(fw, wanted, notes)
+        if not (candidates := [c for c in candidates if self.releases.informed(fw, check, node.family, c)]):
+            return self._not_informed(fw, node, wanted, notes)
         results = [self.releases.can_run(fw, check, node, c) for c in candidates]
         runs = [n for ok, n in results if ok]
         if not runs:
@@ -302,6 +306,11 @@ class CompatibilityKB:
             nearest or rows[-1:],
             notes,
         )
+
+    def _not_informed(self, fw: str, node: _Runtime, wanted: str, notes: list[str]) -> CompatVerdict:
+        label = FAMILY_LABEL.get(node.family, node.family)
+        rows = [r for r in self.tables.rows(fw) if r.get(node.family)]
+        return _unknown(R_NO_TABLE, f"no {DISPLAY.get(fw, fw)} row for {wanted} lists {label} releases", rows[-2:], notes)
 
     def _runtime_unknown(self, family: str, version: str, notes: list[str]) -> CompatVerdict:
         label = FAMILY_LABEL.get(family, family)

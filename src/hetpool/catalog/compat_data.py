@@ -69,6 +69,7 @@ TABLES: dict[str, TableShape] = {
     "torch-mlu": TableShape(key=("torch_mlu",), required=("torch_mlu", "pytorch"), optional=("cntoolkit",)),
 }
 COMMON = ("source", "checked", "verified", "note")
+MAX_TEXT = 2000  # a source, a note or a version
 MAX_ROWS = 5000  # per merged table: an operator's directory cannot make every check slow
 
 
@@ -172,8 +173,8 @@ def _string(value: Any, where: str) -> str:
     if not isinstance(value, (str, int)) or isinstance(value, bool):
         raise SpecError(f"{where}: expected a string, got {value!r}")
     text = str(value)
-    if len(text) > 500 or "\x00" in text:
-        raise SpecError(f"{where}: at most 500 characters, no NUL")
+    if len(text) > MAX_TEXT or "\x00" in text:
+        raise SpecError(f"{where}: at most {MAX_TEXT} characters, no NUL")
     return text
 
 

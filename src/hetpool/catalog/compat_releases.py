@@ -67,8 +67,8 @@ class Releases:
 
     def versions(self, fw: str, check: str, node) -> list[str]:
         found = {r for row in self.tables.rows(fw) for r in row.get("releases") or []}
-        if check == "torch-npu":
-            found |= set(self.torch_on_cann(node.version) or [])
+        if check == "torch-npu":  # every PyTorch some CANN release has a torch_npu for
+            found |= {Version(v).base_version for row in self.tables.rows("torch-npu") for v in row.get("torch_npu")}
         return sorted(found, key=Version, reverse=True)
 
     def known(self, fw: str, check: str, node, version: str) -> bool:
@@ -76,6 +76,13 @@ class Releases:
             return True
         v = parse_version(version)
         return check == "torch-npu" and v is not None and v.base_version in (self.torch_on_cann(node.version) or [])
+
+    def informed(self, fw: str, check: str, family: str, version: str) -> bool:
+        """Do the rows say anything about `version` on `family`? A version-list row with an
+        empty column for the family has no source for it (unknown, not "not listed")."""
+        if check != "version-list":
+            return True
+        return any(row.get(family) for row in find_releases(self.tables.rows(fw), version))
 
     # -- can it run ----------------------------------------------------------------------
 
@@ -91,7 +98,7 @@ class Releases:
             return base in (self.torch_on_cann(node.version) or []), []
         if check == "torch-mlu":
             return self._torch_mlu(base, node)
-        rows = find_releases(self.tables.rows(fw), base)
+        rows = find_releases(self.tables.rows(fw), v.public)  # 2.6.0rc1 is its own release, not 2.6.0
         if not rows:
             return False, []
         why: list[str] = []

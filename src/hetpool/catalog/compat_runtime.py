@@ -32,7 +32,7 @@ class Trace:
     def stop(cls, token) -> list[Row]:
         rows = cls._rows.get() or []
         cls._rows.reset(token)
-        return list(dict.fromkeys(rows))
+        return list({id(r): r for r in rows}.values())
 
     @classmethod
     def use(cls, row: Row | None) -> Row | None:
@@ -54,16 +54,25 @@ def version_matches(family: str, listed: str, node: str) -> bool:
     return prefix_match(listed, node)
 
 
+def _padded(node: str, bound: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    # Compared on the bound's components, missing ones as 0: "6.0" is "6.0.0", and 6.4.1 is within "6.4".
+    n, b = ints(node), ints(bound)
+    n = (n + (0,) * len(b))[: len(b)]
+    return n, b
+
+
 def at_least(family: str, node: str, first: str) -> bool:
     if family in _CANN_LIKE:
         return cann_base(cann_version_key(node)) >= cann_base(cann_version_key(first))
-    return ints(node)[: len(ints(first))] >= ints(first)
+    n, b = _padded(node, first)
+    return n >= b
 
 
 def at_most(family: str, node: str, last: str) -> bool:
     if family in _CANN_LIKE:
         return cann_base(cann_version_key(node)) <= cann_base(cann_version_key(last))
-    return ints(node)[: len(ints(last))] <= ints(last)
+    n, b = _padded(node, last)
+    return n <= b
 
 
 @dataclass(frozen=True)
@@ -201,4 +210,4 @@ def nearest_rows(rows: list[Row], family: str, version: str, column: str) -> lis
     above = [kr for kr in keyed if kr[0] > target]
     picked = [max(below, key=lambda kr: kr[0])[1]] if below else []
     picked += [min(above, key=lambda kr: kr[0])[1]] if above else []
-    return list(dict.fromkeys(picked))
+    return list({id(r): r for r in picked}.values())

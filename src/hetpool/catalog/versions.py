@@ -55,7 +55,7 @@ def cann_version_key(s: str) -> tuple:
     m = _CANN_RE.match(s.strip())
     if not m:
         nums = (*ints(s), 0, 0)
-        return (nums[0], nums[1], 1, nums[2] if len(nums) > 2 else 0, (1, 0, 0))
+        return (_cann_major(nums[0]), nums[1], 1, nums[2] if len(nums) > 2 else 0, (1, 0, 0))
     major, minor, rc, patch, tail = m.groups()
     stage, n = (0, int(rc)) if rc is not None else (1, int(patch))
     if not tail:
@@ -66,7 +66,12 @@ def cann_version_key(s: str) -> tuple:
         t = tail.lower()
         kind = 0 if t.startswith("alpha") else 1 if t.startswith("beta") else 2
         tail_key = (0, kind, (ints(t) or (0,))[0])
-    return (int(major), int(minor), stage, n, tail_key)
+    return (_cann_major(int(major)), int(minor), stage, n, tail_key)
+
+
+def _cann_major(major: int) -> int:
+    # CANN's 2020 releases were numbered 20.0–20.2; 3.x followed them. Sort 20.x as 2.x.
+    return 2 if major == 20 else major
 
 
 def cann_base(key: tuple) -> tuple:

@@ -385,6 +385,10 @@ from hetpool.cli.cost_command import register as _register_cost  # noqa: E402 (c
 
 _register_cost(app)
 
+from hetpool.cli.compat_command import register as _register_compat  # noqa: E402 (compat check, matrix, rows)
+
+_register_compat(app)
+
 from hetpool.cli.db import register as _register_db  # noqa: E402 (db upgrade/current/backup/restore, config check)
 
 _register_db(app)

@@ -17,6 +17,7 @@ from hetpool.server.schemas.agent import HeartbeatResponse, NodeStatus, Register
 from hetpool.server.schemas.approvals import ApprovalResponse
 from hetpool.server.schemas.audit import AnchoredVerifyResponse, AuditEvent, CheckpointResponse
 from hetpool.server.schemas.common import ErrorResponse
+from hetpool.server.schemas.compat import CompatCheckResponse, CompatMatrixResponse, CompatRowResponse
 from hetpool.server.schemas.connectors import ConnectorSync, SyncResult
 from hetpool.server.schemas.cost import BudgetStatus, CostReport, Ledger
 from hetpool.server.schemas.inventory import ApplyResponse, ApplyResult, HeldChange, PoolProfile
@@ -90,6 +91,17 @@ class HetpoolClient:
     # -- tasks -----------------------------------------------------------------
     def plan(self, task: dict) -> PlanResponse:
         return PlanResponse.model_validate(self._request("POST", "/api/v1/tasks/plan", json=task))
+
+    def compat_check(self, query: dict) -> CompatCheckResponse:
+        return CompatCheckResponse.model_validate(self._request("POST", "/api/v1/compat/check", json=query))
+
+    def compat_matrix(self, device: str | None = None, framework: str | None = None) -> CompatMatrixResponse:
+        params = {k: v for k, v in {"device": device, "framework": framework}.items() if v}
+        return CompatMatrixResponse.model_validate(self._request("GET", "/api/v1/compat/matrix", params=params))
+
+    def compat_rows(self, table: str | None = None, origin: str | None = None) -> list[CompatRowResponse]:
+        params = {k: v for k, v in {"table": table, "origin": origin}.items() if v}
+        return _parse(list[CompatRowResponse], self._request("GET", "/api/v1/compat/rows", params=params))
 
     def recommend(self, task: dict) -> RecommendResponse:
         return RecommendResponse.model_validate(self._request("POST", "/api/v1/tasks/recommend", json=task))

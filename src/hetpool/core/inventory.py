@@ -82,6 +82,9 @@ class DeviceModelSpec(ObjectSpec):
     device_class: DeviceClass = Field(alias="class")
     display_name: ShortText
     architecture: ShortText = ""
+    generation: ShortText = Field(
+        default="", description="the device generation the compatibility tables key on: sm_90, gfx942, ascend910b, mlu370, kunlun3 …"
+    )
     memory_gb: DeviceMemoryGB
     memory_bandwidth_gbps: DeviceFigure | None = None
     fp16_tflops: DeviceFigure | None = Field(default=None, description="dense FP16 tensor TFLOPS")
@@ -100,6 +103,7 @@ class DeviceModelSpec(ObjectSpec):
         default={}, description="throughput relative to the reference device (1.0) per task type"
     )
     verified: bool = Field(default=True, description="False when figures are unverified defaults")
+    sources: ShortTexts = Field(default=[], description="where the figures and features come from (document @ version, checked date)")
 
     @field_validator("features")
     @classmethod

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from hetpool.core.compat_rule import CompatibilityRuleSpec
 from hetpool.core.errors import SpecError
 from hetpool.core.governance import ApprovalPolicySpec, BudgetSpec, PriceListSpec, ReclaimPolicySpec
 from hetpool.core.inventory import ClusterSpec, DeviceModelSpec, NodeSpec, PoolSpec
@@ -23,6 +24,7 @@ from hetpool.core.tenancy import TenantSpec
 
 SPEC_KINDS: dict[str, type[BaseModel]] = {
     "DeviceModel": DeviceModelSpec,
+    "CompatibilityRule": CompatibilityRuleSpec,
     "Cluster": ClusterSpec,
     "Node": NodeSpec,
     "Pool": PoolSpec,
@@ -39,7 +41,7 @@ SPEC_KINDS: dict[str, type[BaseModel]] = {
 }
 # Order in which `apply` writes kinds, so that references resolve within one batch.
 APPLY_ORDER = [
-    *("DeviceModel", "Tenant", "Cluster", "Node", "Pool"),
+    *("DeviceModel", "CompatibilityRule", "Tenant", "Cluster", "Node", "Pool"),
     *("Quota", "ApprovalPolicy", "PriceList", "Budget", "ReclaimPolicy"),
     *("TaskTemplate", "Queue", "SchedulingPolicy", "Task"),
 ]
@@ -48,6 +50,9 @@ KIND_ALIASES = {
     **{k.lower(): k for k in SPEC_KINDS},
     **{k.lower() + "s": k for k in SPEC_KINDS},
     "devicemodels": "DeviceModel",
+    "compatibilityrules": "CompatibilityRule",
+    "compatrules": "CompatibilityRule",
+    "compatrule": "CompatibilityRule",
     "models": "DeviceModel",
     "model": "DeviceModel",
     "templates": "TaskTemplate",

@@ -23,6 +23,7 @@ from hetpool.scheduling.snapshot import PoolView, Snapshot
 CompatCheck = Callable[..., object]
 
 REASON_COMPAT = "incompatible software stack"
+REASON_COMPAT_UNKNOWN = "software compatibility unknown"  # the tables do not cover it; the KB's policy blocks
 REASON_FEATURES = "missing required device features"
 REASON_MEMORY = "device memory below min_memory_gb"
 REASON_RESERVED = "pool reserved for other tenants"
@@ -95,7 +96,8 @@ def pool_verdict(pool: PoolView, task: TaskSpec, compat_check: CompatCheck) -> P
         return PoolVerdict(False, REASON_RESERVED, f"pool {pool.name} is reserved for {', '.join(reservation.tenants) or 'higher priorities'}")
     verdict = compat_check(model, pool.stack, task.framework, has_image=bool(task.image))
     if not verdict.ok:
-        return PoolVerdict(False, REASON_COMPAT + ": " + verdict.reason, verdict.detail)
+        head = REASON_COMPAT_UNKNOWN if getattr(verdict, "unknown", False) else REASON_COMPAT
+        return PoolVerdict(False, head + ": " + verdict.reason, verdict.detail)
     return PoolVerdict(True)
 
 
@@ -201,7 +203,7 @@ def memoized(compat_check: CompatCheck, cache: dict | None = None) -> CompatChec
     cache = {} if cache is None else cache
 
     def check(model, stack, framework, *, has_image: bool = False):
-        key = (model.name, id(stack), framework.cache_key if framework else "", has_image)
+        key = (model.name, id(stack), framework.cache_key if framework else "", has_image, id(getattr(compat_check, "__self__", None)))
         if key not in cache:
             cache[key] = compat_check(model, stack, framework, has_image=has_image)
         return cache[key]

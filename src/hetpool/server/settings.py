@@ -37,7 +37,12 @@ class Settings(BaseSettings):
     network_in_transaction: Literal["raise", "warn"] = Field(
         default="warn", description="an engine call inside a database transaction: raise (tests) or log it (server/engine_guard.py)"
     )
-    compat_overrides: Path | None = None
+    compat_overrides: Path | None = Field(
+        default=None, description="a compatibility table file, or a directory of them, whose rows replace or extend the built-in tables"
+    )
+    compat_unknown: Literal["block", "allow"] = Field(
+        default="block", description="a framework, runtime or release the compatibility tables do not cover: block the pool, or allow it with a note"
+    )
     max_request_bytes: int = Field(default=4 * 1024 * 1024, gt=0, description="larger request bodies (also chunked ones) get 413")
     # HTTP hardening (server/security.py, server/ratelimit.py; docs/operations-security.md).
     cors_origins: str = Field(default="", description="comma-separated origins allowed cross-origin (CORS); empty: closed")

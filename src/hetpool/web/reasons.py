@@ -25,6 +25,7 @@ from hetpool.web.task_views import parse_ts, short_ts
 REASON_TEXTS = (
     # scheduling: filters and assignment
     N_("incompatible software stack"),
+    N_("software compatibility unknown"),
     N_("missing required device features"),
     N_("device memory below min_memory_gb"),
     N_("pool reserved for other tenants"),
@@ -58,6 +59,8 @@ REASON_TEXTS = (
     N_("software stack does not match device runtime"),
     N_("no known framework release matches"),
     N_("driver too old for framework"),
+    N_("runtime release does not support the device"),
+    N_("no version table for this runtime"),
     N_("CANN version cannot run framework version"),
     N_("runtime version cannot run framework version"),
     N_("runtime version not in knowledge base"),

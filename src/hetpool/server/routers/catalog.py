@@ -34,7 +34,16 @@ def compat_check(query: CompatQuery, ctx: ServiceContext = Depends(get_ctx), use
     first = next((inv.nodes[n] for n in pool.nodes if n in inv.nodes), None)
     stack = (first.stack if first else None) or pool.stack  # a node's own stack wins over the pool default
     verdict = ctx.compat.check(inv.catalog.get(pool.model), stack, query.framework, has_image=query.has_image)
-    return {"ok": verdict.ok, "reason": verdict.reason, "detail": verdict.detail, "notes": list(verdict.notes), "kb_version": ctx.compat.version}
+    return {
+        "status": verdict.status,
+        "ok": verdict.ok,
+        "reason": verdict.reason,
+        "detail": verdict.detail,
+        "notes": list(verdict.notes),
+        "rows": list(verdict.rows),
+        "nearest": list(verdict.nearest),
+        "kb_version": ctx.compat.version,
+    }
 
 
 @router.get(

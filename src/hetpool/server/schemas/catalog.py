@@ -17,10 +17,13 @@ class CompatQuery(RequestModel):
 
 
 class CompatResponse(ApiModel):
-    ok: bool
+    status: Literal["compatible", "incompatible", "unknown"] = Field(description="unknown: the compatibility tables do not cover the case")
+    ok: bool = Field(description="whether the pool would be used (an unknown verdict: per the server's compat_unknown policy)")
     reason: str | None = Field(description="why not, as a reason code")
     detail: str | None
     notes: list[str]
+    rows: list[str] = Field(default=[], description="the table rows the verdict rests on, each with its source")
+    nearest: list[str] = Field(default=[], description="for an unknown verdict: the nearest rows the tables do have")
     kb_version: str = Field(description="version of the compatibility knowledge base that answered")
 
 

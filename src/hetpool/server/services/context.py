@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import TypeVar
 
 from hetpool.catalog.compat import CompatibilityKB
 from hetpool.catalog.devices import DeviceCatalog
 from hetpool.core.clock import Clock
+from hetpool.core.errors import HetpoolError
 from hetpool.core.inventory import ClusterSpec
 from hetpool.engines.base import Backend
 from hetpool.engines.registry import make_backend
@@ -36,6 +39,8 @@ class ServiceContext:
     # test has its own; the owning module names it and says how to build it.
     _process_state: dict[str, object] = field(default_factory=dict, init=False, repr=False)
     _process_state_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    # (fingerprint of the applied CompatibilityRule objects, the KB built with them or None).
+    _compat_with_rules: tuple = field(default=((), None), init=False, repr=False)
 
     def process_state(self, name: str, build: Callable[[], T]) -> T:
         """The state `name` of this process, built on first use (thread-safe)."""
@@ -60,11 +65,32 @@ class ServiceContext:
         return AuditAnchor.from_settings(self.settings)
 
     @cached_property
-    def compat(self) -> CompatibilityKB:
-        kb = CompatibilityKB.builtin()
+    def base_compat(self) -> CompatibilityKB:
+        """The built-in tables, the operator's table files, and the unknown policy."""
+        kb = CompatibilityKB.builtin().with_policy(self.settings.compat_unknown)
         if self.settings.compat_overrides:
-            kb = kb.with_overrides(self.settings.compat_overrides.read_text())
+            kb = kb.with_overrides(Path(self.settings.compat_overrides))
         return kb
+
+    @property
+    def compat(self) -> CompatibilityKB:
+        """The KB with the CompatibilityRule objects the last inventory load found."""
+        return self._compat_with_rules[1] or self.base_compat
+
+    def use_compat_rules(self, rules: list) -> None:
+        """Rebuild the KB when the applied CompatibilityRule objects changed (load_inventory
+        calls this, so every path that reads the inventory checks against current rules).
+        A set of rules that no longer merges is logged and left out, never fatal."""
+        key = tuple(sorted((r.name, r.model_dump_json()) for r in rules))
+        if key == self._compat_with_rules[0]:
+            return
+        kb = None
+        if rules:
+            try:
+                kb = self.base_compat.with_rows([row for rule in sorted(rules, key=lambda r: r.name) for row in rule.parsed_rows()])
+            except HetpoolError as exc:
+                logging.getLogger(__name__).error("CompatibilityRule objects left out: %s", exc)
+        self._compat_with_rules = (key, kb)
 
     def backend_for(self, kind: str, cluster: ClusterSpec | None = None) -> Backend:
         """The backend that runs work of `cluster` (a Slurm / Ray / Kubernetes cluster gets

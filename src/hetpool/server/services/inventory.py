@@ -14,8 +14,10 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from hetpool.catalog.compat import CompatibilityKB
 from hetpool.catalog.devices import DeviceCatalog
 from hetpool.catalog.names import candidate_problems
+from hetpool.core.compat_rule import CompatibilityRuleSpec
 from hetpool.core.errors import ConflictError, NotFoundError, SpecError
 from hetpool.core.inventory import ClusterSpec, DeviceClass, DeviceModelSpec, NodeSpec, PoolSpec
 from hetpool.core.policy import QueueSpec, SchedulingPolicySpec
@@ -105,6 +107,7 @@ def load_inventory(ctx: ServiceContext, session: Session) -> Inventory:
             if (row.kind, row.name, row.generation) not in _reported:
                 _reported.add((row.kind, row.name, row.generation))
                 log.error("stored %s %r is invalid and is left out until it is applied again: %s", row.kind, row.name, error)
+    ctx.use_compat_rules(list(inv.by_kind("CompatibilityRule").values()))
     return inv
 
 
@@ -178,6 +181,12 @@ def _check_references(inv: Inventory, spec: BaseModel) -> list[dict[str, str]]:
         # Misspelt candidates are refused here, not found later in a pending task's attempts.
         for problem in candidate_problems(spec.defaults, (m.name for m in inv.catalog.all()), inv.pools):
             bad(f"defaults.{problem['loc']}", problem["msg"])
+    elif isinstance(spec, CompatibilityRuleSpec):
+        rules = {**inv.by_kind("CompatibilityRule"), spec.name: spec}
+        try:  # the merged tables must still make a valid KB (e.g. a frameworks row's check)
+            CompatibilityKB.builtin().with_rows([row for name in sorted(rules) for row in rules[name].parsed_rows()])
+        except SpecError as exc:
+            bad("rows", str(exc))
     elif isinstance(spec, TenantSpec):
         if spec.parent and spec.parent not in inv.tenants:
             bad("name", f"parent tenant {spec.parent!r} does not exist; apply it first (or in the same batch)")
