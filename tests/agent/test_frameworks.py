@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from hetpool.agent.frameworks import FRAMEWORK_DISTRIBUTIONS, inspect_env, inspect_envs, os_pretty_name, scan_site_dir, torch_build
-from hetpool.catalog.compat import R_BUILD_MISMATCH, CompatibilityKB
+from hetpool.catalog.compat import EXTRAS, R_BUILD_MISMATCH, CompatibilityKB
 from hetpool.catalog.devices import DeviceCatalog
 from hetpool.core.inventory import SoftwareStack
 from hetpool.core.tasks import FrameworkRequest
@@ -156,7 +156,7 @@ def test_names_are_the_compatibility_kbs():
         assert canonical in (None, framework), f"{framework} is spelt {canonical} in the KB"
     python_frameworks = {"pytorch", "mindspore", "paddle", "tensorflow", "jax"}
     assert python_frameworks <= set(kb.frameworks()) and python_frameworks <= set(FRAMEWORK_DISTRIBUTIONS.values())
-    assert set(kb.data["extras"]) <= set(FRAMEWORK_DISTRIBUTIONS.values())
+    assert set(EXTRAS) <= set(FRAMEWORK_DISTRIBUTIONS.values())
 
 
 def test_detected_frameworks_feed_the_compatibility_check(site: Path):

@@ -22,7 +22,14 @@ from hetpool.core.tasks import FrameworkRequest
 KB = CompatibilityKB.builtin()
 T = builtin_tables()
 CATALOG = DeviceCatalog.builtin()
-BASE_MODEL = {"cuda": "nvidia-a100-80g", "cann": "ascend-910b2", "rocm": "amd-mi300x", "dtk": "hygon-k100", "neuware": "cambricon-mlu370-x8", "xre": "kunlunxin-p800"}
+BASE_MODEL = {
+    "cuda": "nvidia-a100-80g",
+    "cann": "ascend-910b2",
+    "rocm": "amd-mi300x",
+    "dtk": "hygon-k100",
+    "neuware": "cambricon-mlu370-x8",
+    "xre": "kunlunxin-p800",
+}
 NEW_DRIVER = "590.44.01"  # runs every CUDA build of the tables natively or through minor-version compatibility
 
 
@@ -141,7 +148,11 @@ def test_cuda_builds_of_every_release_run_from_their_driver_and_not_below(table:
         oldest_major = min(ints(b)[0] for b in builds)
         floor = T.find("cuda-minor-compat", cuda_major=str(oldest_major))
         lowest_native = min((KB.cuda.driver_for(b) for b in builds if KB.cuda.driver_for(b)), key=lambda r: ints(str(r.get("min_driver"))))
-        cut = min(ints(str(floor.get("min_driver"))), ints(str(lowest_native.get("min_driver")))) if floor else ints(str(lowest_native.get("min_driver")))
+        cut = (
+            min(ints(str(floor.get("min_driver"))), ints(str(lowest_native.get("min_driver"))))
+            if floor
+            else ints(str(lowest_native.get("min_driver")))
+        )
         below = just_below(".".join(map(str, cut)))
         refused = KB.check(gpu, node("cuda", driver=below), fw(table, f"=={release}"), has_image=True)
         assert refused.status == "incompatible", f"{row.cite()} on driver {below}: {refused.detail}"

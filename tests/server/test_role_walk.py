@@ -62,6 +62,9 @@ TABLE: dict[str, str] = {
     "POST /api/v1/audit/checkpoints": "401 ok 403 403 403 ok 403 403 403",
     "POST /api/v1/catalog/compat-check": "401 ok ok ok ok 403 403 ok ok",
     "GET /api/v1/catalog/open-models": "401 ok ok ok ok 403 403 ok ok",
+    "POST /api/v1/compat/check": "401 ok ok ok ok 403 403 ok ok",
+    "GET /api/v1/compat/matrix": "401 ok ok ok ok 403 403 ok ok",
+    "GET /api/v1/compat/rows": "401 ok ok ok ok 403 403 ok ok",
     "GET /api/v1/sim/history": "401 ok ok ok ok 403 403 ok ok",
     "POST /api/v1/agent/register": "401 422 403 403 403 403 422 403 403",
     "POST /api/v1/agent/heartbeat": "401 404 403 403 403 403 404 403 403",
@@ -128,6 +131,7 @@ BODIES: dict[str, object] = {
     "POST /api/v1/tasks/recommend": {"name": "walk-goal", "tenant": TENANT_A, "goal": {"model": "llama3.1-8b", "method": "lora", "tokens": 1e9}},
     "POST /api/v1/tasks": TASK,
     "POST /api/v1/catalog/compat-check": {"pool": "{pool}", "framework": {"name": "pytorch", "version": ">=2.0"}},
+    "POST /api/v1/compat/check": {"device": "nvidia-a100-80g", "stack": {"driver": "550.54.15"}, "framework": {"name": "pytorch", "version": "2.4"}},
     "POST /api/v1/agent/register": {"node": {"name": "walk-node"}},
     "POST /api/v1/agent/heartbeat": {"node": "walk-node"},
     "PUT /api/v1/whoami/preferences": {"language": "en"},
@@ -140,7 +144,11 @@ BODIES: dict[str, object] = {
     "POST /api/v1/approvals/{approval_id}/reject": {"comment": "no"},
     "POST /api/v1/capacity/what-if": {"days": 1},
 }
-QUERIES = {"DELETE /api/v1/users/{name}/bindings": {"role": "member", "tenant": TENANT_A}}
+QUERIES = {
+    "DELETE /api/v1/users/{name}/bindings": {"role": "member", "tenant": TENANT_A},
+    "GET /api/v1/compat/matrix": {"device": "ascend-910b2"},
+    "GET /api/v1/compat/rows": {"table": "torch-npu"},
+}
 
 
 @pytest.fixture

@@ -11,9 +11,9 @@ from hetpool.server.services.context import ServiceContext
 from tests.server.helpers import example_task
 
 OVERRIDE = """
-cann:
-  releases:
-    "8.0.RC1": {torch_npu: ["2.4.0", "2.2.0", "2.1.0.post4", "1.11.0.post11"]}
+table: torch-npu
+rows:
+  - {cann: "8.0.RC1", torch_npu: ["2.4.0", "2.2.0", "2.1.0.post4", "1.11.0.post11"], source: "site validation 2026-11", checked: "2026-11-30"}
 """
 
 
@@ -22,12 +22,13 @@ def test_compat_overrides_from_settings_change_placement(ctx: ServiceContext, de
     check = {"pool": "sh-910b2-cann80rc1", "framework": {"name": "pytorch", "version": "2.4"}, "has_image": True}
     before = demo.post("/api/v1/catalog/compat-check", json=check).json()
     assert before["ok"] is False and "CANN" in before["reason"]
-    override = tmp_path / "compat-override.yaml"
-    override.write_text(OVERRIDE)
-    ctx.settings.compat_overrides = override
-    ctx.__dict__.pop("compat", None)  # a restarted server reads the file again
+    (tmp_path / "tables").mkdir()
+    (tmp_path / "tables" / "torch-npu.site.yaml").write_text(OVERRIDE)  # a directory of table files
+    ctx.settings.compat_overrides = tmp_path / "tables"
+    ctx.__dict__.pop("base_compat", None)  # a restarted server reads the files again
     after = demo.post("/api/v1/catalog/compat-check", json=check).json()
-    assert after["ok"] is True
+    assert after["ok"] is True and after["status"] == "compatible"
+    assert any("site validation 2026-11" in row and "torch-npu.site.yaml" in row for row in after["rows"])
     plan = demo.post("/api/v1/tasks/plan", json=task).json()
     assert plan["feasible"]
 

@@ -22,30 +22,33 @@ from packaging.version import Version
 from hetpool.catalog.compat_data import CompatTables, Row, builtin_tables, read_table_dir, read_table_file
 from hetpool.catalog.compat_releases import Releases
 from hetpool.catalog.compat_runtime import FAMILY_LABEL, CudaFacts, Trace, device_verdict, known_runtime_versions, nearest_rows, runtime_known
+from hetpool.catalog.compat_verdict import (  # noqa: F401 (the reasons are part of this module's interface)
+    R_BUILD_MISMATCH,
+    R_CANN,
+    R_DEVICE,
+    R_DRIVER,
+    R_EXTRA,
+    R_EXTRA_MISMATCH,
+    R_EXTRA_NOT_INSTALLED,
+    R_INSTALLED_MISMATCH,
+    R_NO_RELEASE,
+    R_NO_TABLE,
+    R_NOT_INSTALLED,
+    R_NOT_ON_DEVICE,
+    R_RUNTIME,
+    R_RUNTIME_UNKNOWN,
+    R_STACK_MISMATCH,
+    R_STACK_UNKNOWN,
+    R_UNKNOWN_FRAMEWORK,
+    CompatVerdict,
+    _fail,
+    _unknown,
+)
 from hetpool.catalog.names import EXTRA_PACKAGES, FAMILY_WORDS, FRAMEWORK_PACKAGES, close_matches, package_key
 from hetpool.catalog.versions import cann_version_key, ints, parse_version, public
 from hetpool.core.errors import SpecError
 from hetpool.core.inventory import DeviceModelSpec, RuntimeName, SoftwareStack
 from hetpool.core.tasks import FrameworkRequest, parse_version_spec
-
-# Stable reasons (keys for rejection counts).
-R_UNKNOWN_FRAMEWORK = "unknown framework"
-R_NOT_ON_DEVICE = "framework not supported on device"
-R_STACK_UNKNOWN = "software stack unknown"
-R_STACK_MISMATCH = "software stack does not match device runtime"
-R_NO_RELEASE = "no known framework release matches"
-R_NO_TABLE = "no version table for this runtime"
-R_DRIVER = "driver too old for framework"
-R_DEVICE = "runtime release does not support the device"
-R_CANN = "CANN version cannot run framework version"
-R_RUNTIME = "runtime version cannot run framework version"
-R_RUNTIME_UNKNOWN = "runtime version not in knowledge base"
-R_NOT_INSTALLED = "framework not installed"
-R_INSTALLED_MISMATCH = "installed framework version does not match"
-R_BUILD_MISMATCH = "installed framework build does not match device"
-R_EXTRA = "extra not supported"
-R_EXTRA_NOT_INSTALLED = "extra not installed"
-R_EXTRA_MISMATCH = "installed extra version does not match"
 
 UNKNOWN_POLICIES = ("block", "allow")
 CHECKS = ("cuda-builds", "rocm-builds", "torch-npu", "version-list", "torch-mlu", "any", "unknown")
@@ -53,29 +56,6 @@ _RUNTIME_REASON = {"cuda": R_DRIVER, "cann": R_CANN}
 DISPLAY = {"pytorch": "PyTorch", "mindspore": "MindSpore", "paddle": "PaddlePaddle", "tensorflow": "TensorFlow", "jax": "JAX", "vllm": "vLLM"}
 # Extras the tables know: the framework they need and the table per runtime family.
 EXTRAS = {"vllm": {"framework": "pytorch", "tables": {"cuda": "vllm", "rocm": "vllm", "cann": "vllm-ascend"}}}
-
-
-@dataclass(frozen=True)
-class CompatVerdict:
-    ok: bool
-    reason: str = ""
-    detail: str = ""
-    notes: tuple[str, ...] = ()
-    unknown: bool = False  # the tables do not cover this case (ok says whether the policy lets it through)
-    rows: tuple[str, ...] = ()  # the rows the verdict rests on, each with its source
-    nearest: tuple[str, ...] = ()  # for an unknown verdict: the nearest rows the tables do have
-
-    @property
-    def status(self) -> str:
-        return "unknown" if self.unknown else "compatible" if self.ok else "incompatible"
-
-
-def _fail(reason: str, detail: str, notes: Iterable[str] = ()) -> CompatVerdict:
-    return CompatVerdict(False, reason, detail, tuple(notes))
-
-
-def _unknown(reason: str, detail: str, nearest: Iterable[Row] = (), notes: Iterable[str] = ()) -> CompatVerdict:
-    return CompatVerdict(False, reason, detail, tuple(notes), unknown=True, nearest=tuple(r.cite() for r in nearest))
 
 
 @dataclass
@@ -224,7 +204,9 @@ class CompatibilityKB:
         if fw is None:
             close = close_matches(request.name, self.framework_names())
             hint = f"; did you mean {', '.join(close)}?" if close else ""
-            return _unknown(R_UNKNOWN_FRAMEWORK, f"framework {request.name!r} is not in the compatibility KB (known: {', '.join(self.frameworks())}){hint}")
+            return _unknown(
+                R_UNKNOWN_FRAMEWORK, f"framework {request.name!r} is not in the compatibility KB (known: {', '.join(self.frameworks())}){hint}"
+            )
         family, name = model.runtime.value, DISPLAY.get(fw, fw)
         if only := self._implied_family(request.name, self._packages, family):
             return _fail(R_NOT_ON_DEVICE, f"{only}; {model.name} is a {model.device_class.value.upper()} ({family})")

@@ -46,9 +46,7 @@ def runtime_releases(kb: CompatibilityKB, family: str) -> list[RuntimeRelease]:
         rows = sorted(kb.tables.rows("cuda-driver"), key=lambda r: ints(str(r.get("cuda"))))
         return [RuntimeRelease("cuda", str(r.get("cuda")), SoftwareStack(driver=str(r.get("min_driver")))) for r in rows]
     name = RuntimeName(family)
-    return [
-        RuntimeRelease(family, v, SoftwareStack(runtime=RuntimeVersion(name=name, version=v))) for v in known_runtime_versions(kb.tables, family)
-    ]
+    return [RuntimeRelease(family, v, SoftwareStack(runtime=RuntimeVersion(name=name, version=v))) for v in known_runtime_versions(kb.tables, family)]
 
 
 def device_matrix(kb: CompatibilityKB, model: DeviceModelSpec) -> list[DeviceRow]:

@@ -15,16 +15,15 @@ vllm-ascend) by the check its `frameworks` row names:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from packaging.version import Version
 
 from hetpool.catalog.compat_data import CompatTables, Row
 from hetpool.catalog.compat_runtime import CudaFacts, Trace, at_least, generation_at_least, version_matches
+from hetpool.catalog.compat_verdict import R_EXTRA, R_NO_RELEASE, CompatVerdict, _fail, _unknown
 from hetpool.catalog.versions import build_fits, cann_base, cann_version_key, ints, local_build, parse_version, prefix_match
-
-if TYPE_CHECKING:
-    from hetpool.catalog.compat import CompatVerdict
+from hetpool.core.tasks import parse_version_spec
 
 
 def find_releases(rows: tuple[Row, ...], version: str) -> list[Row]:
@@ -181,19 +180,17 @@ class Releases:
     def builds_text(self, fw: str, versions: list[str], family: str) -> str:
         """' (CUDA builds 2.8: 12.6, 12.8, 12.9)' for the release series among `versions`."""
         rows = {id(r): r for v in versions for r in find_releases(self.tables.rows(fw), v)}
-        key = "cuda" if family == "cuda" else family
-        parts = [
-            f"{r.get('series')}: {', '.join(b for b, _ in cuda_builds(r)) if key == 'cuda' else ', '.join(r.get(key) or r.get('rocm') or []) or 'none'}"
-            for r in sorted(rows.values(), key=lambda r: ints(str(r.get("series"))))
-        ]
+
+        def builds(r: Row) -> list[str]:
+            return [b for b, _ in cuda_builds(r)] if family == "cuda" else list(r.get(family) or r.get("rocm") or [])
+
+        parts = [f"{r.get('series')}: {', '.join(builds(r)) or 'none'}" for r in sorted(rows.values(), key=lambda r: ints(str(r.get("series"))))]
         label = {"cuda": "CUDA", "rocm": "ROCm", "dtk": "DTK", "xre": "XRE"}.get(family, family)
         return f" ({label} builds {'; '.join(parts)})" if parts else ""
 
     # -- extras (vLLM) -------------------------------------------------------------------
 
     def extra_verdict(self, table: str, label: str, installed: str | None, spec, fw_spec_text: str, node) -> CompatVerdict:
-        from hetpool.catalog.compat import R_EXTRA, R_NO_RELEASE, CompatVerdict, _fail, _unknown
-
         rows = self.tables.rows(table)
         if installed:
             versions = [installed]
@@ -264,6 +261,4 @@ def cuda_builds(row: Row) -> list[tuple[str, bool]]:
 
 
 def _spec(text: str):
-    from hetpool.core.tasks import parse_version_spec
-
     return parse_version_spec(text) if text else None

@@ -81,7 +81,11 @@ def register(app: typer.Typer) -> None:
             return
         if device:
             rows = [
-                [r.runtime, "yes" if r.supported else f"no: {r.why_not}", "; ".join(f"{fw} {_versions(vs)}" for fw, vs in sorted(r.frameworks.items())) or "-"]
+                [
+                    r.runtime,
+                    "yes" if r.supported else f"no: {r.why_not}",
+                    "; ".join(f"{fw} {_versions(vs)}" for fw, vs in sorted(r.frameworks.items())) or "-",
+                ]
                 for r in answer.by_runtime
             ]
             table(["runtime release", "supports the device", "frameworks that run"], rows, title=f"{device} (tables of {answer.kb_version})")
@@ -103,7 +107,16 @@ def register(app: typer.Typer) -> None:
             found = client.compat_rows(table=table_name, origin=origin)
         if emit_data(found, output):
             return
-        shown = [[r.table, ", ".join(f"{k}={_cell(v)}" for k, v in r.values.items()), r.source, r.checked + ("" if r.verified else " (not verified)"), r.origin] for r in found]
+        shown = [
+            [
+                r.table,
+                ", ".join(f"{k}={_cell(v)}" for k, v in r.values.items()),
+                r.source,
+                r.checked + ("" if r.verified else " (not verified)"),
+                r.origin,
+            ]
+            for r in found
+        ]
         table(["table", "row", "source", "checked", "origin"], shown)
 
 

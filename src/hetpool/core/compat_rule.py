@@ -14,6 +14,8 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from hetpool.core.base import Name, ObjectSpec, ShortText
+from hetpool.core.compat_rows import parse_rows
+from hetpool.core.errors import SpecError
 
 MAX_RULE_ROWS = 500
 
@@ -28,8 +30,6 @@ class CompatibilityRuleSpec(ObjectSpec):
 
     @model_validator(mode="after")
     def _rows_fit_the_table(self) -> CompatibilityRuleSpec:
-        from hetpool.core.errors import SpecError
-
         try:
             self.parsed_rows()
         except SpecError as exc:  # pydantic turns a ValueError into a field error naming the row and column
@@ -38,7 +38,5 @@ class CompatibilityRuleSpec(ObjectSpec):
 
     def parsed_rows(self) -> list:
         """The rows as catalog rows, with the rule's source and date filled in where a row has none."""
-        from hetpool.catalog.compat_data import parse_rows  # catalog reads core, not the other way round at import
-
         defaults = {k: v for k, v in (("source", self.source), ("checked", self.checked)) if v}
         return parse_rows(self.table, [{**defaults, **row} for row in self.rows], f"CompatibilityRule {self.name}")

@@ -24,7 +24,12 @@ def _inventory(ctx: ServiceContext):
         return load_inventory(ctx, session)  # also brings ctx.compat up to the applied rules
 
 
-@router.post("/check", response_model=CompatCheckResponse, dependencies=[Depends(requires("inventory.read"))], summary="Can device D with stack S run framework F?")
+@router.post(
+    "/check",
+    response_model=CompatCheckResponse,
+    dependencies=[Depends(requires("inventory.read"))],
+    summary="Can device D with stack S run framework F?",
+)
 def compat_check(query: CompatCheckQuery, ctx: ServiceContext = Depends(get_ctx)) -> dict:
     inv = _inventory(ctx)
     verdict = ctx.compat.check(inv.catalog.get(query.device), query.stack, query.framework, has_image=query.has_image)
@@ -69,7 +74,12 @@ def compat_matrix(
     return {"framework": framework, "by_device": by_device, "kb_version": kb.version}
 
 
-@router.get("/rows", response_model=list[CompatRowResponse], dependencies=[Depends(requires("inventory.read"))], summary="The rows of the tables, with sources")
+@router.get(
+    "/rows",
+    response_model=list[CompatRowResponse],
+    dependencies=[Depends(requires("inventory.read"))],
+    summary="The rows of the tables, with sources",
+)
 def compat_rows(
     ctx: ServiceContext = Depends(get_ctx),
     table: str | None = Query(default=None, max_length=64, description=f"one of: {', '.join(sorted(TABLES))}"),
@@ -84,6 +94,14 @@ def compat_rows(
     elif origin:
         rows = [r for r in rows if r.origin == origin]
     return [
-        {"table": r.table, "values": dict(r.values), "source": r.source, "checked": r.checked, "verified": r.verified, "note": r.note, "origin": r.origin}
+        {
+            "table": r.table,
+            "values": dict(r.values),
+            "source": r.source,
+            "checked": r.checked,
+            "verified": r.verified,
+            "note": r.note,
+            "origin": r.origin,
+        }
         for r in rows
     ]
