@@ -272,12 +272,22 @@ class CompatibilityKB:
             return self._release_unknown(fw, wanted, notes)
         if not (candidates := [c for c in candidates if self.releases.informed(fw, check, node.family, c)]):
             return self._not_informed(fw, node, wanted, notes)
-        results = [self.releases.can_run(fw, check, node, c) for c in candidates]
-        runs = [n for ok, n in results if ok]
+        results = []
+        for candidate in candidates:  # each candidate's rows traced apart: an answer cites its own rows only
+            token = Trace.start()
+            ok, run_notes = self.releases.can_run(fw, check, node, candidate)
+            results.append((ok, run_notes, Trace.stop(token)))
+        runs = [(n, rows) for ok, n, rows in results if ok]
         if not runs:
-            return self._runtime_failure(fw, node, wanted, candidates, [n for _, ns in results for n in ns])
+            for _, _, rows in results:
+                for row in rows:
+                    Trace.use(row)
+            return self._runtime_failure(fw, node, wanted, candidates, [n for _, ns, _ in results for n in ns])
         # Report the caveats of the cleanest option (e.g. a native CUDA build if any).
-        return CompatVerdict(True, notes=tuple(notes + min(runs, key=len)))
+        best, rows = min(runs, key=lambda r: len(r[0]))
+        for row in rows:
+            Trace.use(row)
+        return CompatVerdict(True, notes=tuple(notes + best))
 
     def _release_unknown(self, fw: str, wanted: str, notes: list[str]) -> CompatVerdict:
         rows = list(self.tables.rows(fw))
