@@ -107,6 +107,8 @@ class Releases:
                 Trace.use(row)
                 return True, ([] if row.verified else [f"{fw} {row.get('series')} compatibility data is not verified"]) + notes
             why += notes
+        for row in rows:  # a refusal rests on every row it read
+            Trace.use(row)
         return False, why
 
     def _row_runs(self, row: Row, check: str, node, pinned: str) -> tuple[bool, list[str]]:

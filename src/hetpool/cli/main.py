@@ -214,6 +214,10 @@ def describe(
             data = client.get_task(name)
         elif resolved == "Pool":
             data = {"spec": client.get_object(kind, name), **plain(client.pool_profile(name))}
+        elif resolved == "CompatibilityRule":  # the rows as they take effect, and the built-in rows they replace
+            rows = client.compat_rows(origin=f"CompatibilityRule {name}")
+            in_effect = [{"row": r.values, "source": r.source, "checked": r.checked, "replaces": r.replaces or ["nothing (a new row)"]} for r in rows]
+            data = {**client.get_object(kind, name), "in_effect": in_effect}
         else:
             data = client.get_object(kind, name)
             if resolved == "Node" and not data.get("zone"):

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Query
 
+from hetpool.catalog.compat import CompatibilityKB
+from hetpool.catalog.compat import CompatibilityKB
 from hetpool.catalog.compat_data import TABLES
 from hetpool.catalog.compat_matrix import device_matrix, framework_matrix, parse_framework
 from hetpool.core.errors import SpecError
@@ -93,8 +95,14 @@ def compat_rows(
         rows = [r for r in rows if r.builtin]
     elif origin:
         rows = [r for r in rows if r.origin == origin]
+    builtin = CompatibilityKB.builtin().tables
+
+    def replaced(row) -> list[str]:
+        return [] if row.builtin else [b.cite() for b in builtin.rows(row.table) if b.key == row.key]
+
     return [
         {
+            "replaces": replaced(r),
             "table": r.table,
             "values": dict(r.values),
             "source": r.source,

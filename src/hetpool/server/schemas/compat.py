@@ -62,3 +62,4 @@ class CompatRowResponse(ApiModel):
     verified: bool
     note: str = ""
     origin: str = Field(description="built-in, a table file, or 'CompatibilityRule NAME'")
+    replaces: list[str] = Field(default=[], description="for an operator's row: the built-in rows with the same key it replaces")
