@@ -18,7 +18,8 @@ def test_compat_check_says_the_verdict_the_reasons_and_the_rows(server: Server) 
     assert old.returncode == 1, old.stderr
     assert old.stdout.startswith("incompatible — driver too old for framework") and "rows used:" in old.stdout
     assert "cuda-driver 11.4" in old.stdout and "pytorch 2.8" in old.stdout  # the driver's own row and the release's
-    new = json.loads(server.cli("compat", "check", "--device", "nvidia-a100-80g", "--stack", "driver=550.54.15", "--framework", "pytorch==2.4", "-o", "json").stdout)
+    a100 = ("compat", "check", "--device", "nvidia-a100-80g")
+    new = json.loads(server.cli(*a100, "--stack", "driver=550.54.15", "--framework", "pytorch==2.4", "-o", "json").stdout)
     assert new["status"] == "compatible" and any(r.startswith("cuda-driver 12.4") for r in new["rows"])
     unknown = server.cli("compat", "check", "--device", "ascend-910b2", "--stack", "cann=8.4.0", "--framework", "pytorch==2.7.1", check=False)
     assert unknown.returncode == 1 and unknown.stdout.startswith("unknown — runtime version not in knowledge base")
@@ -27,9 +28,7 @@ def test_compat_check_says_the_verdict_the_reasons_and_the_rows(server: Server) 
         "compat", "check", "--device", "ascend-910b2", "--stack", "cann=8.5.0", "--framework", "pytorch", "--extra", "vllm-ascend==0.13.0"
     )
     assert extra.stdout.startswith("compatible") and "vllm-ascend 0.13" in extra.stdout
-    installed = server.cli(
-        "compat", "check", "--device", "nvidia-a100-80g", "--stack", "driver=550.54.15,torch=2.3.1", "--framework", "pytorch==2.4", "--installed", check=False
-    )
+    installed = server.cli(*a100, "--stack", "driver=550.54.15,torch=2.3.1", "--framework", "pytorch==2.4", "--installed", check=False)
     assert installed.returncode == 1 and "installed framework version does not match" in installed.stdout
     bad = server.cli("compat", "check", "--device", "nvidia-a100-80g", "--stack", "driver", "--framework", "pytorch", check=False)
     assert bad.returncode != 0 and "key=value" in bad.stderr

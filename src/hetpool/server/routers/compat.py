@@ -8,7 +8,6 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Query
 
 from hetpool.catalog.compat import CompatibilityKB
-from hetpool.catalog.compat import CompatibilityKB
 from hetpool.catalog.compat_data import TABLES
 from hetpool.catalog.compat_matrix import device_matrix, framework_matrix, parse_framework
 from hetpool.core.errors import SpecError
