@@ -212,6 +212,8 @@ class CompatibilityKB:
             return _fail(R_NOT_ON_DEVICE, f"{only}; {model.name} is a {model.device_class.value.upper()} ({family})")
         rule = Trace.use(self.rule(fw, family))
         if rule is None:
+            for row in self._rules[fw].values():  # "runs only on …" rests on the runtimes it has rows for
+                Trace.use(row)
             families = [FAMILY_WORDS.get(f, f) for f in self._rules[fw]]
             where = ", ".join(families[:-1]) + " and " + families[-1] if len(families) > 1 else families[0]
             return _fail(R_NOT_ON_DEVICE, f"{name} runs only on {where}; {model.name} is a {model.device_class.value.upper()} ({family})")

@@ -216,6 +216,9 @@ class Releases:
             else (f"this node ({self.cuda.summary(node.driver)})" if node.family == "cuda" else f"{node.family} {node.version}")
         )
         wanted = installed or str(spec) or "any version"
+        if why and all(w.startswith(_GAP) for w in why):  # only missing facts stood in the way: not a "no"
+            return _unknown(R_NO_RELEASE, f"the {table} rows for {label} {wanted} have no sourced {node.family} build", rows[-1:])
+        why = [w.removeprefix(_GAP) for w in why]
         tail = f" with PyTorch {fw_spec_text}" if fw_spec_text else ""
         because = f" ({why[0]})" if why else ""
         return _fail(R_EXTRA, f"no {label} release for {wanted} runs on {where}{tail}{because}")
@@ -232,7 +235,7 @@ class Releases:
             if not any(version_matches("cann", str(c), node.version) for c in row.get("cann") or []):
                 return False, []
         elif node.family == "rocm" and not row.get("rocm"):
-            why.append(f"vLLM {row.get('series')} lists no ROCm build")
+            why.append(f"{_GAP}vLLM {row.get('series')} has no sourced ROCm build")
             return False, []
         else:
             minimum = row.get("min_generation")
@@ -249,6 +252,9 @@ class Releases:
         if not row.verified:
             notes.append(f"{label} {row.get('series')} compatibility data is not verified")
         return True, notes
+
+
+_GAP = "gap: "  # marks a skip for lack of a sourced fact (an empty column), as opposed to a fact that says no
 
 
 def cuda_builds(row: Row) -> list[tuple[str, bool]]:
