@@ -83,7 +83,7 @@ def register(app: typer.Typer) -> None:
             rows = [
                 [
                     r.runtime,
-                    "yes" if r.supported else f"no: {r.why_not}",
+                    _supported(r.supported, r.why_not),
                     "; ".join(f"{fw} {_versions(vs)}" for fw, vs in sorted(r.frameworks.items())) or "-",
                 ]
                 for r in answer.by_runtime
@@ -118,6 +118,16 @@ def register(app: typer.Typer) -> None:
             for r in found
         ]
         table(["table", "row", "source", "checked", "origin"], shown)
+
+
+def _supported(supported: bool, why_not: str) -> str:
+    """'yes', or the short form of why not: 'no (first: CANN 6.3.RC2)'."""
+    if supported:
+        return "yes"
+    for marker, label in (("(first supported in ", "first"), ("(last: ", "last")):
+        if marker in why_not:
+            return f"no ({label}: {why_not.split(marker, 1)[1].rstrip(')')})"
+    return f"no: {why_not}"
 
 
 def _cell(value) -> str:
