@@ -158,3 +158,39 @@ def test_the_unknown_policy_decides_whether_unknown_blocks(ctx, demo: TestClient
     allowed = demo.post("/api/v1/compat/check", json=body).json()
     assert allowed["status"] == "unknown" and allowed["ok"] and allowed["policy"] == "allow"
     assert any("allowed by the compat unknown policy" in n for n in allowed["notes"])
+
+
+DCU = [
+    {
+        "kind": "Node",
+        "name": "dcu-01",
+        "cluster": "sh-ascend",
+        "cpu_cores": 64,
+        "memory_gb": 512,
+        "devices": [{"model": "hygon-k100", "count": 8}],
+        "stack": {"driver": "6.2.26", "runtime": {"name": "dtk", "version": "24.04"}},
+    },
+    {"kind": "Pool", "name": "sh-dcu-k100", "cluster": "sh-ascend", "model": "hygon-k100", "nodes": ["dcu-01"], "price_per_hour": 6.0},
+]
+DCU_TASK = {
+    "name": "pt-on-dcu",
+    "tenant": "ai-lab/nlp/llm-sft",
+    "image": "registry.local/pt:2.3-dtk",
+    "command": "python train.py",
+    "framework": {"name": "pytorch", "version": "2.3"},
+    "per_worker": {"devices": {"class": "gpu", "models": ["hygon-k100"], "count": 8}},
+}
+
+
+def test_plan_says_an_unknown_verdict_apart_and_the_policy_can_let_it_through(ctx, demo: TestClient) -> None:
+    assert demo.post("/api/v1/apply", json={"documents": DCU}).status_code == 200
+    blocked = demo.post("/api/v1/tasks/plan", json=DCU_TASK).json()
+    assert "feasible" in blocked, blocked
+    assert not blocked["feasible"]
+    assert any(r.startswith("software compatibility unknown: no version table for this runtime") for r in blocked["reasons"]), blocked["reasons"]
+    assert not any(r.startswith("incompatible software stack") for r in blocked["reasons"])
+    ctx.settings.compat_unknown = "allow"
+    ctx.__dict__.pop("base_compat", None)
+    ctx._compat_with_rules = ((), None)
+    allowed = demo.post("/api/v1/tasks/plan", json=DCU_TASK).json()
+    assert allowed["feasible"] and allowed["placements"][0]["pool"] == "sh-dcu-k100", allowed
