@@ -80,6 +80,7 @@ class CompatibilityKB:
         self.cuda = CudaFacts(tables)
         self.releases = Releases(tables, self.cuda)
         self._rules: dict[str, dict[str, Row]] = {}
+        self._known: dict[tuple[str, str], bool] = {}
         runtimes = {r.value for r in RuntimeName}
         for row in tables.rows("frameworks"):
             if row.get("runtime") not in runtimes:
@@ -228,7 +229,7 @@ class CompatibilityKB:
         if not runs:
             return _fail(R_DEVICE, f"{why}; {model.name} cannot run {name} there", notes)
         notes += [note] if note else []
-        if check != "any" and family not in ("cuda", "none", "doca") and not runtime_known(self.tables, family, node.version):
+        if check != "any" and family not in ("cuda", "none", "doca") and not self._runtime_known(family, node.version):
             return self._runtime_unknown(family, node.version, notes)
         verdict = self._framework_verdict(fw, rule, node, request, stack, has_image, notes)
         if not verdict.ok:
@@ -290,6 +291,12 @@ class CompatibilityKB:
         for row in rows:
             Trace.use(row)
         return CompatVerdict(True, notes=tuple(notes + best))
+
+    def _runtime_known(self, family: str, version: str) -> bool:
+        key = (family, version)
+        if key not in self._known:  # a handful of (runtime, release) pairs per estate, asked per check
+            self._known[key] = runtime_known(self.tables, family, version)
+        return self._known[key]
 
     def _release_unknown(self, fw: str, wanted: str, notes: list[str]) -> CompatVerdict:
         rows = list(self.tables.rows(fw))

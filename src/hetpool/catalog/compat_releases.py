@@ -20,10 +20,20 @@ from typing import Any
 from packaging.version import Version
 
 from hetpool.catalog.compat_data import CompatTables, Row
-from hetpool.catalog.compat_runtime import CudaFacts, Trace, at_least, generation_at_least, version_matches
+from hetpool.catalog.compat_runtime import CudaFacts, Trace, at_least, generation_at_least, traced_cache, version_matches
 from hetpool.catalog.compat_verdict import R_EXTRA, R_NO_RELEASE, CompatVerdict, _fail, _unknown
 from hetpool.catalog.versions import build_fits, cann_base, cann_version_key, ints, local_build, parse_version, prefix_match
 from hetpool.core.tasks import parse_version_spec
+
+
+@dataclass(frozen=True)
+class _Node:
+    """The node facts a release check reads (hashable, so results can be memoised)."""
+
+    family: str
+    generation: str
+    driver: str
+    version: str
 
 
 def find_releases(rows: tuple[Row, ...], version: str) -> list[Row]:
@@ -42,7 +52,7 @@ def find_release(rows: tuple[Row, ...], version: str) -> Row | None:
     return found[0] if found else None
 
 
-@dataclass(frozen=True)
+@dataclass
 class Releases:
     tables: CompatTables
     cuda: CudaFacts
@@ -86,6 +96,11 @@ class Releases:
     # -- can it run ----------------------------------------------------------------------
 
     def can_run(self, fw: str, check: str, node, version: str) -> tuple[bool, list[str]]:
+        return self._can_run(fw, check, node.family, node.generation, node.driver, node.version, version)
+
+    @traced_cache
+    def _can_run(self, fw: str, check: str, family: str, generation: str, driver: str, runtime: str, version: str) -> tuple[bool, list[str]]:
+        node = _Node(family, generation, driver, runtime)
         build = local_build(version)
         if build and not build_fits(build[0], node.family):
             return False, [f"installed build '+{parse_version(version).local}' is not for {node.family}"]

@@ -42,6 +42,29 @@ class Trace:
         return row
 
 
+def traced_cache(method):
+    """Memoise a method per instance and arguments, with the rows it read: a hit reports
+    the same rows to the Trace as the first call did (verdicts still cite them)."""
+
+    def wrapper(self, *args):
+        cache = self.__dict__.setdefault("_cache_" + method.__name__, {})
+        if args not in cache:
+            token = Trace.start()
+            try:
+                value = method(self, *args)
+            finally:
+                rows = Trace.stop(token)
+            cache[args] = (value, rows)
+        value, rows = cache[args]
+        for row in rows:
+            Trace.use(row)
+        return value
+
+    wrapper.__name__ = method.__name__
+    wrapper.__doc__ = method.__doc__
+    return wrapper
+
+
 def version_key(family: str, version: str) -> tuple:
     return cann_version_key(version) if family in _CANN_LIKE else ints(version)
 
@@ -75,12 +98,13 @@ def at_most(family: str, node: str, last: str) -> bool:
     return n <= b
 
 
-@dataclass(frozen=True)
+@dataclass
 class CudaFacts:
     """The CUDA rows, indexed: toolkit -> minimum driver, minor-version compatibility, arch."""
 
     tables: CompatTables
 
+    @traced_cache
     def native_cuda(self, driver: str) -> str | None:
         """The newest CUDA toolkit whose minimum driver is at most `driver`."""
         best = None
@@ -89,10 +113,12 @@ class CudaFacts:
                 best = row
         return str(Trace.use(best).get("cuda")) if best else None
 
+    @traced_cache
     def driver_for(self, cuda: str) -> Row | None:
         rows = [r for r in self.tables.rows("cuda-driver") if ints(r.get("cuda"))[:2] == ints(cuda)[:2]]
         return rows[0] if rows else None
 
+    @traced_cache
     def build_runs(self, build: str, driver: str) -> tuple[bool, str]:
         """Does a binary built with CUDA `build` run on `driver`? (natively, or through
         CUDA minor-version compatibility within the same major, with its limits)."""
@@ -118,6 +144,7 @@ class CudaFacts:
     def arch(self, generation: str) -> Row | None:
         return Trace.use(self.tables.find("cuda-arch", generation=generation)) if generation else None
 
+    @traced_cache
     def build_targets(self, build: str, generation: str) -> tuple[bool, str]:
         """Can CUDA `build` produce code for `generation` (sm_XY)? Unknown arch: yes, with a note."""
         row = self.arch(generation)

@@ -33,7 +33,7 @@ from hetpool.sim.report import plot, pyplot, summarize
 from hetpool.sim.trace import parse_trace_line, read_trace
 
 _COUNT = re.compile(r"\d+\s*[x*×]?", re.IGNORECASE)
-SERVER_KINDS = ["devicemodels", "tenants", "clusters", "nodes", "pools", "queues", "policies", "quotas"]
+SERVER_KINDS = ["devicemodels", "compatibilityrules", "tenants", "clusters", "nodes", "pools", "queues", "policies", "quotas"]
 
 
 @dataclass
@@ -43,6 +43,7 @@ class SimInventory:
     pools: list[PoolSpec]
     models: dict[str, DeviceModelSpec]
     config: SimConfig
+    compat: CompatibilityKB  # the built-in tables with the inventory's CompatibilityRule rows
 
 
 def collect(specs: list[BaseModel]) -> SimInventory:
@@ -59,7 +60,10 @@ def collect(specs: list[BaseModel]) -> SimInventory:
         tenant_weights={t.name: t.weight for t in by_kind.get("Tenant", [])},
         quotas=by_kind.get("Quota", []),
     )
-    return SimInventory(by_kind.get("Cluster", []), by_kind.get("Node", []), by_kind.get("Pool", []), {m.name: m for m in catalog.all()}, config)
+    rules = sorted(by_kind.get("CompatibilityRule", []), key=lambda r: r.name)
+    compat = CompatibilityKB.builtin().with_rows([row for rule in rules for row in rule.parsed_rows()]) if rules else CompatibilityKB.builtin()
+    models = {m.name: m for m in catalog.all()}
+    return SimInventory(by_kind.get("Cluster", []), by_kind.get("Node", []), by_kind.get("Pool", []), models, config, compat)
 
 
 def offline_inventory(path: Path) -> SimInventory:
@@ -241,7 +245,7 @@ def register(app: typer.Typer) -> None:
             pyplot()  # matplotlib is an extra: say so before simulating, not after
         inv = offline_inventory(inventory)
         tasks = read_trace(trace)
-        sim = Simulator(inv.clusters, inv.nodes, inv.pools, inv.models, CompatibilityKB.builtin().check, inv.config)
+        sim = Simulator(inv.clusters, inv.nodes, inv.pools, inv.models, inv.compat.check, inv.config)
         with SimProgress(["simulate"], len(tasks), quiet=output != OutputFormat.TABLE) as bar:
             result = sim.run(tasks, progress=lambda now, arrived, total: bar("simulate", now, arrived, total))
         summary = summarize(result)
@@ -290,7 +294,7 @@ def register(app: typer.Typer) -> None:
             raise SpecError("the trace is empty: no finished tasks in that period" if history else f"{trace}: no tasks")
         with SimProgress(["baseline", "changed"], len(tasks), quiet=output != OutputFormat.TABLE) as bar:
             report = plan_capacity(
-                inv.clusters, inv.nodes, inv.pools, inv.models, CompatibilityKB.builtin().check, tasks, adds, removes,
+                inv.clusters, inv.nodes, inv.pools, inv.models, inv.compat.check, tasks, adds, removes,
                 wait_target_h=wait_target, idle_below=idle_below, quotas=quotas, progress=bar, config=inv.config,
             )  # fmt: skip
         data = {"source": f"history {history}" if history else str(trace), **report}

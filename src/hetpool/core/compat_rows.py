@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from hetpool.core.errors import SpecError
@@ -108,6 +109,10 @@ class Row:
 
     def cite(self) -> str:
         """The row and its source, as `compat check` and `plan` print it."""
+        return self._citation
+
+    @cached_property
+    def _citation(self) -> str:  # verdicts cite rows on every check: format each row once
         flags = "" if self.verified else ", not verified"
         where = "" if self.builtin else f", from {self.origin}"
         return f"{self.summary()} [{self.source}; checked {self.checked}{flags}{where}]"
