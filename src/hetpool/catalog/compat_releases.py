@@ -36,13 +36,31 @@ class _Node:
     version: str
 
 
+_RELEASE_INDEX: dict[int, tuple[tuple[Row, ...], dict[Version, list[Row]]]] = {}
+
+
+def _release_index(rows: tuple[Row, ...]) -> dict[Version, list[Row]]:
+    """Release -> rows listing it, built once per table (checks ask this thousands of times)."""
+    found = _RELEASE_INDEX.get(id(rows))
+    if found is None or found[0] is not rows:
+        if len(_RELEASE_INDEX) > 256:  # one entry per table of each KB built; KBs are rebuilt only when rules change
+            _RELEASE_INDEX.clear()
+        index: dict[Version, list[Row]] = {}
+        for row in rows:
+            for release in row.get("releases") or []:
+                if (v := parse_version(release)) is not None:
+                    index.setdefault(v, []).append(row)
+        found = _RELEASE_INDEX[id(rows)] = (rows, index)
+    return found[1]
+
+
 def find_releases(rows: tuple[Row, ...], version: str) -> list[Row]:
     """The release rows for a concrete version: those listing it in `releases`, else those
     of the longest series prefix (a table may hold several rows per series, one per source)."""
     v = parse_version(version)
-    listed = [r for r in rows if v is not None and any(parse_version(x) == Version(v.public) for x in r.get("releases") or [])]
+    listed = _release_index(rows).get(Version(v.public)) if v is not None else None
     if listed:
-        return listed
+        return list(listed)
     best = max((len(ints(str(r.get("series")))) for r in rows if prefix_match(str(r.get("series")), version)), default=0)
     return [r for r in rows if best and len(ints(str(r.get("series")))) == best and prefix_match(str(r.get("series")), version)]
 
