@@ -60,7 +60,6 @@ CASES = [
     ("ascend-910b3", "cann=8.5.0", "mindspore", "==2.9.0", {}, False, "compatible", "MindSpore 2.9.0 installs on CANN 9.0.0 / 8.5.0 / 8.3.RC1"),
     ("ascend-910b3", "cann=8.2.RC1", "mindspore", "==2.9.0", {}, False, "incompatible", "not on 8.2.RC1"),
     ("ascend-910b2", "cann=8.4.0", "pytorch", "", {}, False, "unknown", "CANN 8.4.0 is in no table"),
-    ("ascend-910b2", "cann=6.0.1", "pytorch", "==1.11.0", {}, False, "incompatible", "CANN 6.0 predates the 910B (A2)"),
     (
         "ascend-910a",
         "cann=8.1.RC1",

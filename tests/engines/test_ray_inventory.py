@@ -89,7 +89,8 @@ def _rows(reply: dict) -> list[dict]:
         ("NPU", [], "unknown-ray-npu"),
         ("GPU", [], "unknown-ray-gpu"),
         ("TPU", ["TPU-V4"], "unknown-ray-tpu"),
-        ("GPU_B200", [], "unknown-ray-gpu-b200"),
+        ("GPU_B200", [], "nvidia-b200"),  # a custom resource named after a catalog product
+        ("GPU_X900", [], "unknown-ray-gpu-x900"),
         # not accelerators
         ("CPU", [], None),
         ("memory", [], None),

@@ -61,8 +61,9 @@ def test_matrices_answer_from_the_same_rows(demo: TestClient) -> None:
     rows = {r["runtime"]: r for r in by_device.json()["by_runtime"]}
     assert rows["CANN 8.0.0"]["supported"] and "2.4.0" in rows["CANN 8.0.0"]["frameworks"]["pytorch"]
     assert "2.4.0" not in rows["CANN 8.0.RC1"]["frameworks"].get("pytorch", [])
-    older = [r for r in rows.values() if not r["supported"]]
-    assert older and all("predates ascend910b" in r["why_not"] for r in older)  # CANN before 6.3.RC2 does not know the 910B
+    mi300x = {r["runtime"]: r for r in demo.get("/api/v1/compat/matrix", params={"device": "amd-mi300x"}).json()["by_runtime"]}
+    assert not mi300x["ROCm 5.7"]["supported"] and "predates gfx942" in mi300x["ROCm 5.7"]["why_not"]  # MI300X support starts at 6.0.0
+    assert mi300x["ROCm 6.0"]["supported"] and "2.3.0" in mi300x["ROCm 6.0"]["frameworks"]["pytorch"]
     by_framework = demo.get("/api/v1/compat/matrix", params={"framework": "pytorch==2.8.0"}).json()["by_device"]
     found = {r["device"]: r for r in by_framework}
     assert found["nvidia-a100-80g"]["status"] == "compatible" and found["nvidia-a100-80g"]["releases"][0].startswith("CUDA 12.")

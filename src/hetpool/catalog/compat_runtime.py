@@ -190,6 +190,12 @@ def device_verdict(tables: CompatTables, cuda: CudaFacts, family: str, generatio
         return True, "", ""
     label = FAMILY_LABEL.get(family, family)
     if not at_least(family, version, str(row.get("first"))):
+        if row.get("evidence") == "seen":  # the real first release is at or before this one: not a "no"
+            return (
+                True,
+                "",
+                f"{label} {version} is older than the first release the sources show {generation} working on ({row.get('first')}); not checked",
+            )
         return False, f"{label} {version} predates {generation} devices (first supported in {label} {row.get('first')})", ""
     if row.get("last") and not at_most(family, version, str(row.get("last"))):
         return False, f"{label} {version} no longer supports {generation} devices (last: {label} {row.get('last')})", ""

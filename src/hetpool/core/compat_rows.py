@@ -69,7 +69,10 @@ TABLES: dict[str, TableShape] = {
         optional=("cuda", "rocm", "dtk", "cann", "xre", "generations"),
         lists=("releases", "cuda", "rocm", "dtk", "cann", "xre", "generations"),
     ),
-    "runtime-devices": TableShape(key=("runtime", "generation"), required=("runtime", "generation", "first"), optional=("last",)),
+    # evidence: "documented" (default: `first` is the release the vendor names as the first to support
+    # the generation) or "seen" (the earliest release a source shows it working on; older ones are
+    # not refused, a note says they were not checked).
+    "runtime-devices": TableShape(key=("runtime", "generation"), required=("runtime", "generation", "first"), optional=("last", "evidence")),
     "torch-mlu": TableShape(key=("torch_mlu",), required=("torch_mlu", "pytorch"), optional=("cntoolkit",)),
 }
 COMMON = ("source", "checked", "verified", "note")
