@@ -5,7 +5,9 @@ what plan decides (and tenants unable to write them); the unknown policy."""
 from __future__ import annotations
 
 from fastapi.testclient import TestClient
+from sqlalchemy import select
 
+from hetpool.server.db.models import InventoryObjectRow
 from tests.server.helpers import example_task
 from tests.server.test_access_api import make_user
 
@@ -195,3 +197,20 @@ def test_plan_says_an_unknown_verdict_apart_and_the_policy_can_let_it_through(ct
     ctx._compat_with_rules = ((), None)
     allowed = demo.post("/api/v1/tasks/plan", json=DCU_TASK).json()
     assert allowed["feasible"] and allowed["placements"][0]["pool"] == "sh-dcu-k100", allowed
+
+
+def test_a_rule_broken_in_the_database_is_left_out_and_stops_nothing(ctx, demo: TestClient) -> None:
+    other = {**SITE_RULE, "name": "site-cann-85", "rows": [{"cann": "8.4.0", "torch_npu": ["2.7.1"]}]}
+    assert demo.post("/api/v1/apply", json={"documents": [SITE_RULE, other]}).status_code == 200
+    with ctx.db.transaction() as session:  # what a hand edit (or a row stored before validation existed) leaves behind
+        for row in session.execute(select(InventoryObjectRow).where(InventoryObjectRow.name == SITE_RULE["name"])).scalars():
+            row.spec = {**row.spec, "rows": [{"cann": "8.0.RC1", "torch": ["2.4.0"]}]}
+    query = {
+        "device": "ascend-910b2",
+        "stack": {"runtime": {"name": "cann", "version": "8.0.RC1"}},
+        "framework": {"name": "pytorch", "version": "2.4"},
+    }
+    assert demo.post("/api/v1/compat/check", json=query).json()["status"] == "incompatible"  # the broken rule is out
+    newer = {**query, "stack": {"runtime": {"name": "cann", "version": "8.4.0"}}, "framework": {"name": "pytorch", "version": "2.7"}}
+    assert demo.post("/api/v1/compat/check", json=newer).json()["status"] == "compatible"  # the good one still counts
+    assert demo.post("/api/v1/tasks/plan", json=NPU_TASK).json()["feasible"]  # and planning goes on
