@@ -19,7 +19,7 @@ def test_profile_shows_features_counts_task_types_frameworks_substitutes(demo: T
     types = {t["type"]: t for t in profile["task_types"]}
     assert types["training"]["ok"] and types["offload"]["ok"] is False and "do not take offload" in types["offload"]["why"]
     frameworks = {f["framework"]: f for f in profile["frameworks"]}
-    assert frameworks["pytorch"]["with_image_ok"] is True
+    assert frameworks["pytorch"]["with_image_ok"] is True and frameworks["pytorch"]["with_image_status"] == "compatible"
     assert frameworks["mindspore"]["with_image_ok"] is False and frameworks["mindspore"]["why"]
     subs = {s["model"]: s for s in profile["substitutes_for"]}
     assert subs and all(s["relative"]["training"] > 0 for s in subs.values())

@@ -196,3 +196,18 @@ def test_other_tenants_tasks_stay_hidden_and_roles_apply(
     refused = auditor.get("/resources")
     assert refused.status_code == 403 and "inventory.read" in refused.text
     assert auditor.get("/pools/sh-910b2-cann800").status_code == 403
+
+
+def test_pool_page_says_when_the_compatibility_tables_do_not_know(browser_client: TestClient, demo: TestClient) -> None:
+    dcu = [
+        {"kind": "Node", "name": "dcu-01", "cluster": "sh-ascend", "cpu_cores": 64, "memory_gb": 512,
+         "devices": [{"model": "hygon-k100", "count": 8}],
+         "stack": {"driver": "6.2.26", "runtime": {"name": "dtk", "version": "24.04"}}},
+        {"kind": "Pool", "name": "sh-dcu-k100", "cluster": "sh-ascend", "model": "hygon-k100", "nodes": ["dcu-01"]},
+    ]  # fmt: skip
+    assert demo.post("/api/v1/apply", json={"documents": dcu}).status_code == 200
+    html = browser_client.get("/pools/sh-dcu-k100").text
+    row = re.search(r'<tr data-framework="pytorch"[^>]*>.*?</tr>', html, re.S).group(0)
+    assert 'data-with-image-status="unknown"' in row and ">unknown<" in row and "no PyTorch version table" in row
+    tf = re.search(r'<tr data-framework="tensorflow"[^>]*>.*?</tr>', html, re.S).group(0)
+    assert 'data-with-image-status="incompatible"' in tf  # TensorFlow has no row for DTK at all: a plain no

@@ -99,7 +99,7 @@ def _frameworks(ctx: ServiceContext, model: DeviceModelSpec, stack) -> list[dict
         request = FrameworkRequest(name=framework)
         installed = ctx.compat.check(model, stack, request, has_image=False)
         with_image = installed if installed.ok else ctx.compat.check(model, stack, request, has_image=True)
-        entry = {"framework": framework, "installed_ok": installed.ok, "with_image_ok": with_image.ok}
+        entry = {"framework": framework, "installed_ok": installed.ok, "with_image_ok": with_image.ok, "with_image_status": with_image.status}
         if not with_image.ok:
             entry["why"] = with_image.detail or with_image.reason
         elif not installed.ok:
