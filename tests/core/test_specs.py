@@ -221,7 +221,9 @@ def test_resolve_kind_unknown_lists_allowed() -> None:
     with pytest.raises(SpecError) as info:
         resolve_kind("widgets")
     assert "unknown kind 'widgets'" in info.value.message
-    kinds = "DeviceModel, Cluster, Node, Pool, Tenant, Quota, ApprovalPolicy, PriceList, Budget, ReclaimPolicy, TaskTemplate, Queue"
+    kinds = (
+        "DeviceModel, CompatibilityRule, Cluster, Node, Pool, Tenant, Quota, ApprovalPolicy, PriceList, Budget, ReclaimPolicy, TaskTemplate, Queue"
+    )
     assert f"allowed: {kinds}, SchedulingPolicy, Task" in info.value.message
 
 

@@ -14,7 +14,7 @@ vllm-ascend) by the check its `frameworks` row names:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from packaging.version import Version
@@ -74,6 +74,7 @@ def find_release(rows: tuple[Row, ...], version: str) -> Row | None:
 class Releases:
     tables: CompatTables
     cuda: CudaFacts
+    caches: dict = field(default_factory=dict, repr=False, compare=False)  # see traced_cache
 
     # -- which releases exist ------------------------------------------------------------
 

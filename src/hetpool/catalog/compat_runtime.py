@@ -9,7 +9,7 @@ it rests on (`hetpool compat check` prints them).
 from __future__ import annotations
 
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hetpool.catalog.compat_data import CompatTables, Row
 from hetpool.catalog.versions import cann_base, cann_matches, cann_version_key, ints, prefix_match
@@ -43,11 +43,11 @@ class Trace:
 
 
 def traced_cache(method):
-    """Memoise a method per instance and arguments, with the rows it read: a hit reports
-    the same rows to the Trace as the first call did (verdicts still cite them)."""
+    """Memoise a method per instance and arguments (in the instance's `caches` field), with
+    the rows it read: a hit reports the same rows to the Trace as the first call did."""
 
     def wrapper(self, *args):
-        cache = self.__dict__.setdefault("_cache_" + method.__name__, {})
+        cache = self.caches.setdefault(method.__name__, {})
         if args not in cache:
             token = Trace.start()
             try:
@@ -103,6 +103,7 @@ class CudaFacts:
     """The CUDA rows, indexed: toolkit -> minimum driver, minor-version compatibility, arch."""
 
     tables: CompatTables
+    caches: dict = field(default_factory=dict, repr=False, compare=False)  # see traced_cache
 
     @traced_cache
     def native_cuda(self, driver: str) -> str | None:

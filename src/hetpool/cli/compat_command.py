@@ -19,6 +19,14 @@ def register(app: typer.Typer) -> None:
 
     compat_app = typer.Typer(no_args_is_help=True, help="The compatibility tables: check, matrix, rows (each row with its source).")
     app.add_typer(compat_app, name="compat")
+    kit = (UrlOpt, TokenOpt, OutOpt, _client, handles_errors)
+    _register_check(compat_app, kit)
+    _register_tables(compat_app, kit)
+
+
+def _register_check(compat_app: typer.Typer, kit: tuple) -> None:
+    """compat check."""
+    UrlOpt, TokenOpt, OutOpt, _client, handles_errors = kit
 
     @compat_app.command("check")
     @handles_errors
@@ -62,6 +70,11 @@ def register(app: typer.Typer) -> None:
                 console.print(f"  {escape(row)}")
         if answer.status != "compatible":
             raise typer.Exit(1)
+
+
+def _register_tables(compat_app: typer.Typer, kit: tuple) -> None:
+    """compat matrix | rows."""
+    UrlOpt, TokenOpt, OutOpt, _client, handles_errors = kit
 
     @compat_app.command("matrix")
     @handles_errors
