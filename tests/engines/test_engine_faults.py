@@ -190,14 +190,17 @@ def test_slurm_controller_stopped_and_restarted_mid_dispatch(server: Server) -> 
     ids = [_submit(api, SLURM_TASK, f"fault-slurm-{i}") for i in range(4)]
     try:
         assert _slurm_sh("stop-controller").returncode == 0
-        # Dispatch goes on meanwhile: what had not reached sbatch waits with the reason.
-        _until(
-            "a task waiting for Slurm",
-            lambda: any("waiting for the slurm backend" in t["message"] for t in _tasks(api, ids).values()),
-            30,
-        )
+
+        # Dispatch goes on meanwhile: what had not reached sbatch waits with the reason. The
+        # dispatcher records each task's try on its own, so wait until every admitted task
+        # has had one (on a busy machine the first can be recorded long before the last).
+        def every_admitted_waiting() -> bool:
+            admitted = [t for t in _tasks(api, ids).values() if t["state"] == "admitted"]
+            return bool(admitted) and all("waiting for the slurm backend" in t["message"] for t in admitted)
+
+        _until("the admitted tasks waiting for Slurm", every_admitted_waiting, 120)  # sbatch may take its 15 s timeout per task
         waiting = [t for t in _tasks(api, ids).values() if t["state"] == "admitted"]
-        assert waiting and all("transient error" in t["message"] for t in waiting)
+        assert waiting and all("transient error" in t["message"] for t in waiting), [t["message"] for t in waiting]
     finally:
         started = _slurm_sh("start-controller")
     assert started.returncode == 0, started.stderr
