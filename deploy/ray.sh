@@ -90,6 +90,9 @@ env_for_ray() {
   # gone; a busy node then outlives our grace period, gets SIGKILLed and is only marked
   # DEAD by the GCS health check ~15 s later. A throwaway cluster has nothing to quiesce.
   export RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S="${RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S:-0}"
+  # A stopped job (a cancel, or a preempted checkpointable task) gets SIGTERM and is killed
+  # this long after: Ray's default (3 s) is too short to write a checkpoint.
+  export RAY_JOB_STOP_WAIT_TIME_S="${RAY_JOB_STOP_WAIT_TIME_S:-30}"
   # The autoscaler monitor writes the per-node load report (what the connector reads as
   # "used") every 5 s by default; 1 s keeps tests short at a negligible cost.
   export AUTOSCALER_UPDATE_INTERVAL_S="${AUTOSCALER_UPDATE_INTERVAL_S:-1}"

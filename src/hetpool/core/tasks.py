@@ -16,6 +16,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import Field, field_validator, model_validator
 
 from hetpool.core.base import Command, EnvVars, Labels, Name, ObjectSpec, ShortText, ShortTexts, SpecModel, Text
+from hetpool.core.checkpoint import CheckpointSpec
 from hetpool.core.goal import Goal, GoalFields
 from hetpool.core.inventory import DeviceClass, TaskType
 from hetpool.core.limits import (
@@ -161,6 +162,9 @@ class TaskSpec(ObjectSpec):
     topology: TopologyRequest | None = None
     exclude_nodes: list[Name] = []
     preemptible: bool = Field(default=True, description="may be evicted by higher-priority work")
+    checkpoint: CheckpointSpec | None = Field(
+        default=None, description="stop gracefully (signal, grace) when evicted and requeue as a resume; see core/checkpoint.py"
+    )
     relative_performance: dict[Name, PerfFactor] = Field(
         default={}, description="this task's own speed per device model (reference device = 1.0); overrides the catalog"
     )
@@ -202,6 +206,13 @@ class TaskSpec(ObjectSpec):
         # Cached: the scheduler asks for it many times per cycle.
         return parse_duration(self.runtime_estimate) if self.runtime_estimate else None
 
+    def with_runtime_estimate(self, text: str | None) -> TaskSpec:
+        """A copy with another runtime estimate (a plain model_copy keeps the cached seconds)."""
+        copy = self.model_copy(update={"runtime_estimate": text})
+        if "runtime_estimate_s" in vars(copy):
+            del copy.runtime_estimate_s
+        return copy
+
     @cached_property
     def placement_shape(self) -> str:
         """Everything that decides where this task can go, as one string (name, command,
@@ -220,6 +231,7 @@ class TaskSpec(ObjectSpec):
             "runtime_estimate",
             "data",
             "goal",
+            "checkpoint",
         }
         return f"{bool(self.image)}|{self.model_dump_json(exclude=exclude)}"
 
@@ -234,7 +246,7 @@ class TaskSpec(ObjectSpec):
 
 _NOT_SHAPE = {
     *("name", "tenant", "command", "env_vars", "labels", "description"),
-    *("max_runtime", "template", "image", "kind", "runtime_estimate", "data", "goal"),
+    *("max_runtime", "template", "image", "kind", "runtime_estimate", "data", "goal", "checkpoint"),
 }
 
 
@@ -257,6 +269,7 @@ class TaskDefaults(SpecModel):
     queue: Name | None = None
     topology: TopologyRequest | None = None
     preemptible: bool | None = None
+    checkpoint: CheckpointSpec | None = None
 
 
 class TaskTemplateSpec(ObjectSpec):

@@ -109,6 +109,17 @@ class LaunchRequest:
     workers: list[WorkerLaunch]
     env: dict[str, str] = field(default_factory=dict)
     image: str = ""
+    # The task's checkpoint contract (core/checkpoint.py): its stop signal ("" = none declared)
+    # and grace, the attempt this one resumes from (None = a fresh start), and where its
+    # checkpoints live on the engine (set by the engine at submit: see `checkpoint_dir_for`).
+    stop_signal: str = ""
+    stop_grace_s: float = 0.0
+    resume_from: int | None = None
+    checkpoint_dir: str = ""
+
+    @property
+    def checkpointed(self) -> bool:
+        return bool(self.stop_signal)
 
     @property
     def job_name(self) -> str:
@@ -176,6 +187,12 @@ def worker_environment(request: LaunchRequest, worker: WorkerLaunch) -> dict[str
     )
     if worker.visible_devices_env:
         env[worker.visible_devices_env] = ",".join(str(i) for i in worker.device_indices)
+    if request.checkpoint_dir:
+        env["HETPOOL_CHECKPOINT_DIR"] = request.checkpoint_dir
+        env["HETPOOL_STOP_SIGNAL"] = request.stop_signal
+    if request.resume_from is not None:
+        env["HETPOOL_RESUME"] = "1"
+        env["HETPOOL_RESUME_FROM_ATTEMPT"] = str(request.resume_from)
     return env
 
 
@@ -230,6 +247,13 @@ class Backend(ABC):
     @abstractmethod
     def logs(self, handle: JobHandle, rank: int = 0, offset: int = 0, limit: int = 65536) -> LogChunk:
         """Up to `limit` bytes of worker `rank`'s output starting at byte `offset`."""
+
+    def stop_gracefully(self, handle: JobHandle, signal_name: str, grace_s: float) -> None:
+        """Send `signal_name` (SIGTERM, SIGUSR1 …) to the job's processes and let them exit
+        within `grace_s` (to write a checkpoint). The reconciler calls `cancel` once the
+        grace has passed, so an engine that cannot signal may simply stop the job: this
+        default does, with whatever grace the engine itself gives."""
+        self.cancel(handle)
 
 
 class SupportsGang:

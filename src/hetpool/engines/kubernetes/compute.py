@@ -186,6 +186,10 @@ class KubernetesBackend(Backend, SupportsGang, SupportsLogStreaming):
     kind = "kubernetes"
     UNSUPPORTED_FEATURES = {
         "fractional-devices": Unsupported("Kubernetes extended resources are whole units: a pod cannot request part of a device"),
+        "checkpoint-signal": Unsupported(
+            "a deleted pod gets SIGTERM (then SIGKILL after terminationGracePeriodSeconds, the task's grace)",
+            advice="catch SIGTERM in the task, or set checkpoint.signal: SIGTERM",
+        ),
     }
 
     @classmethod

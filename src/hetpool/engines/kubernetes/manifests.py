@@ -35,6 +35,7 @@ Isolation (issue 14; docs/backends.md#the-kubernetes-backend):
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from collections import Counter
 from typing import Any, Protocol
@@ -312,6 +313,10 @@ def _pod_spec(request: LaunchRequest, cfg: ManifestConfig, env: list[dict], work
         spec["priorityClassName"] = cfg.priority_class
     if cfg.service_account:
         spec["serviceAccountName"] = cfg.service_account
+    if request.stop_grace_s:
+        # A checkpointable task's grace (core/checkpoint.py): Kubernetes sends SIGTERM on
+        # delete and SIGKILL this long after it.
+        spec["terminationGracePeriodSeconds"] = math.ceil(request.stop_grace_s)
     return spec
 
 

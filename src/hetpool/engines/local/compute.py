@@ -48,13 +48,14 @@ from hetpool.engines.base import (
     SupportsFractionalDevices,
     SupportsGang,
     SupportsLogStreaming,
+    WorkerLaunch,
     job_name,
     worker_environment,
 )
-from hetpool.engines.files import create_exclusive, read_int
+from hetpool.engines.files import create_exclusive, read_int, write_atomic
 from hetpool.engines.local import client
 from hetpool.engines.local.config import Identity, parse_config, resolve_identity
-from hetpool.engines.local.sandbox import TASK_PATH, check_task_root
+from hetpool.engines.local.sandbox import TASK_PATH, check_task_root, remove_tree
 
 __all__ = ["LocalBackend"]
 
@@ -116,14 +117,19 @@ class LocalBackend(Backend, SupportsGang, SupportsLogStreaming, SupportsFraction
             task_root = check_task_root(self.config.task_root_for(self.work_dir), identity.via)
             self._check_sudo(identity)
             job_dir.mkdir(parents=True, exist_ok=True)
+            if request.checkpointed and SAFE_JOB_NAME.fullmatch(request.task_id):
+                # One per task, in the task root beside the working directories, kept across
+                # attempts (the working directory is not): see sandbox.adopt_checkpoint_dir.
+                request = dataclasses.replace(request, checkpoint_dir=str(task_root / f"ckpt-{request.task_id}"))
             # The environment is computed once, here, and stored: every worker of the gang, even
             # one started later by a restarted server, sees the same values (e.g. master port).
             payload = {
                 "request": dataclasses.asdict(request),
-                "env": {str(w.rank): worker_environment(request, w) for w in request.workers},
+                "env": {str(w.rank): _environment(request, w) for w in request.workers},
                 "identity": identity.to_json(),
                 "task_root": str(task_root),
                 "limits": self.config.limits,
+                "checkpoint_dir": request.checkpoint_dir,
                 "passthrough": {k: os.environ[k] for k in ("LANG", *self.config.env_passthrough) if k in os.environ},
             }
             # request.json is the exactly-once key: only the submit that creates it defines the
@@ -146,7 +152,27 @@ class LocalBackend(Backend, SupportsGang, SupportsLogStreaming, SupportsFraction
 
     def poll(self, handles: list[JobHandle]) -> dict[str, JobStatus]:
         self._reap()
-        return {h.job_id: self._status(h.job_id) for h in handles}
+        statuses = {h.job_id: self._status(h.job_id) for h in handles}
+        for name, status in statuses.items():
+            if status.phase in (JobPhase.SUCCEEDED, JobPhase.FAILED, JobPhase.CANCELLED):
+                self._drop_checkpoints(name)
+        return statuses
+
+    def _drop_checkpoints(self, name: str) -> None:
+        """A job that ended other than by a graceful stop ends its task: its checkpoints go."""
+        job_dir = self.work_dir / "jobs" / name
+        if (job_dir / "stopping").exists() or (job_dir / "checkpoints-dropped").exists():
+            return
+        stored = self._load(job_dir)
+        path, identity = stored.get("checkpoint_dir"), stored.get("identity")
+        if path and identity is not None and os.path.lexists(path):
+            if identity["via"] == "sudo":
+                subprocess.run(
+                    client.sudo_launch(identity, "--cleanup", path), env={"PATH": TASK_PATH}, capture_output=True, timeout=120, check=False
+                )
+            else:
+                remove_tree(Path(path))
+        create_exclusive(job_dir / "checkpoints-dropped", "")
 
     def workdir(self, handle: JobHandle, rank: int = 0) -> Path | None:
         """The working directory of a worker's command (deleted when the command has ended)."""
@@ -162,6 +188,26 @@ class LocalBackend(Backend, SupportsGang, SupportsLogStreaming, SupportsFraction
         workers = self._workers(handle.job_id)
         if workers is not None:
             self._stop([w for w in workers if not w.ended])
+
+    def stop_gracefully(self, handle: JobHandle, signal_name: str, grace_s: float) -> None:
+        """The runners pass `signal_name` to their commands and kill them after `grace_s`
+        themselves (runner.py), so the grace holds even while the server is down."""
+        self._reap()
+        workers = self._workers(handle.job_id)
+        if workers is None:
+            return
+        job_dir = self.work_dir / "jobs" / handle.job_id
+        # First: it makes the outcome "stopped" (not failed) whatever the commands exit with.
+        create_exclusive(job_dir / "stopping", json.dumps({"signal": signal_name, "grace_s": grace_s}))
+        for w in workers:
+            if w.ended:
+                continue
+            write_atomic(w.dir / "stop", json.dumps({"signal": signal_name, "grace_s": grace_s}))
+            if w.pid is not None and w.alive:
+                try:
+                    os.kill(w.pid, signal.SIGUSR2)  # the runner reads w.dir/stop (see runner.on_stop)
+                except ProcessLookupError:
+                    pass
 
     def logs(self, handle: JobHandle, rank: int = 0, offset: int = 0, limit: int = 65536) -> LogChunk:
         workers = self._workers(handle.job_id)
@@ -306,6 +352,12 @@ class LocalBackend(Backend, SupportsGang, SupportsLogStreaming, SupportsFraction
             elif w.exit_code is None:
                 failures.append((None, f"worker rank {w.rank}: runner died (pid {w.pid}) before the command ended"))
         running = [w for w in workers if not w.ended]
+        if (self.work_dir / "jobs" / name / "stopping").exists():
+            # Stopped for a checkpoint: however the commands exit, the job was stopped, and the
+            # others keep their grace (a failed rank does not stop the gang early here).
+            if running:
+                return JobStatus(JobPhase.RUNNING, message="stopping: checkpoint grace")
+            return JobStatus(JobPhase.CANCELLED, message="stopped gracefully (checkpoint kept)")
         verdict = _read_verdict(self.work_dir / "jobs" / name)
         if failures or verdict is not None:
             # A gang cannot go on without a member: stop the others. The verdict is written
@@ -350,6 +402,15 @@ class LocalBackend(Backend, SupportsGang, SupportsLogStreaming, SupportsFraction
                     os.killpg(w.pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass  # ended in between
+
+
+def _environment(request: LaunchRequest, worker: WorkerLaunch) -> dict[str, str]:
+    """worker_environment, with a checkpoint directory per rank: with dynamic uids each
+    worker of a gang runs as another uid, so they cannot share one directory."""
+    env = worker_environment(request, worker)
+    if request.checkpoint_dir:
+        env["HETPOOL_CHECKPOINT_DIR"] = f"{request.checkpoint_dir}/rank-{worker.rank}"
+    return env
 
 
 def _read_verdict(job_dir: Path) -> tuple[int | None, str] | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 from pathlib import Path
 
@@ -34,6 +35,8 @@ def main(argv: list[str]) -> int:
     spec = json.loads(sys.stdin.buffer.read())
     workdir = Path(argv[1])
     os.mkdir(workdir, 0o700)  # fails if it exists: the runner picked a new, unguessable name
+    if spec.get("checkpoint_dir"):
+        _own_checkpoint_dir(Path(spec["checkpoint_dir"]))
     os.chdir(workdir)
     os.umask(0o077)
     devnull = os.open(os.devnull, os.O_RDONLY)
@@ -42,6 +45,24 @@ def main(argv: list[str]) -> int:
     confine_preexec(spec["limits"])()
     os.execve("/bin/sh", ["/bin/sh", "-c", spec["command"]], spec["env"])
     return 127  # not reached
+
+
+def _own_checkpoint_dir(path: Path) -> None:
+    """The task's checkpoint directory, kept across attempts under the same run-as user:
+    made when missing; refused when it exists but is not this user's own directory (a
+    task user cannot plant one for another's task: the name is the task id, but the
+    check below would refuse it)."""
+    for part in (path.parent, path):  # <task root>/ckpt-<task>/rank-<r>, both this user's
+        _own_directory(part)
+
+
+def _own_directory(path: Path) -> None:
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        st = path.lstat()
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            raise SystemExit(f"hetpool launch: checkpoint directory {path} is not mine; not using it") from None
 
 
 if __name__ == "__main__":

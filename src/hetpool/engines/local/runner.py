@@ -23,7 +23,7 @@ from pathlib import Path
 
 from hetpool.engines.files import create_exclusive, write_atomic
 from hetpool.engines.local.client import Placement, finish, prepare, sudo_launch
-from hetpool.engines.local.sandbox import TASK_PATH, SandboxError, confine_preexec, task_environment
+from hetpool.engines.local.sandbox import TASK_PATH, SandboxError, adopt_checkpoint_dir, confine_preexec, task_environment
 
 # After SIGTERM the command gets this long to exit before its group is SIGKILLed. The
 # runner escalates itself (SIGALRM) so that `LocalBackend.cancel` never has to block.
@@ -45,6 +45,8 @@ def _spawn(payload: dict, rank: int, place: Placement, log) -> subprocess.Popen[
     identity, request = payload["identity"], payload["request"]
     env = task_environment(payload["env"][str(rank)], place.workdir, place.user, payload.get("passthrough", {}))
     limits = payload["limits"]
+    if env.get("HETPOOL_CHECKPOINT_DIR") and identity["via"] != "sudo":
+        adopt_checkpoint_dir(Path(env["HETPOOL_CHECKPOINT_DIR"]), place.uid, place.gid)
     if identity["via"] == "sudo":
         child = subprocess.Popen(
             sudo_launch(identity, str(place.workdir)),
@@ -57,7 +59,8 @@ def _spawn(payload: dict, rank: int, place: Placement, log) -> subprocess.Popen[
             close_fds=True,
         )
         # The launcher reads what to run from stdin: no secret on a command line, in `ps`.
-        child.stdin.write(json.dumps({"env": env, "command": request["command"], "limits": limits}).encode())
+        launch = {"env": env, "command": request["command"], "limits": limits, "checkpoint_dir": env.get("HETPOOL_CHECKPOINT_DIR", "")}
+        child.stdin.write(json.dumps(launch).encode())
         child.stdin.close()
         return child
     return subprocess.Popen(
@@ -80,7 +83,7 @@ def _spawn(payload: dict, rank: int, place: Placement, log) -> subprocess.Popen[
 def main(argv: list[str]) -> int:
     job_dir, rank = Path(argv[1]), int(argv[2])
     wdir = job_dir / f"worker-{rank}"
-    state: dict = {"terminating": False, "pgid": None}
+    state: dict = {"terminating": False, "pgid": None, "stop": None}
 
     def on_term(signum: int, frame: object) -> None:
         # LocalBackend.cancel signals the runner's group; the command has a group of its
@@ -99,8 +102,20 @@ def main(argv: list[str]) -> int:
             except ProcessLookupError:
                 pass
 
+    def on_stop(signum: int, frame: object) -> None:
+        # LocalBackend.stop_gracefully: the task's own stop signal, then its grace (not ours).
+        try:
+            stop = json.loads((wdir / "stop").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return
+        if not state["terminating"]:
+            state["terminating"], state["stop"] = True, stop
+            _signal_group(state["pgid"], getattr(signal, stop["signal"], signal.SIGTERM))
+            signal.setitimer(signal.ITIMER_REAL, max(float(stop["grace_s"]), 0.1))
+
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGALRM, on_alarm)
+    signal.signal(signal.SIGUSR2, on_stop)
 
     # Claim the worker: the server normally wrote our pid already; a second runner for the
     # same worker (two racing submits) finds another pid there and leaves without running.
@@ -109,7 +124,7 @@ def main(argv: list[str]) -> int:
         return 0
     if (wdir / "exit_code").exists():
         return 0
-    if state["terminating"] or (wdir / "cancelled").exists():
+    if state["terminating"] or (wdir / "cancelled").exists() or (wdir / "stop").exists():
         write_atomic(wdir / "exit_code", str(128 + signal.SIGTERM))
         return 0
 
@@ -129,8 +144,9 @@ def main(argv: list[str]) -> int:
                 _finish(job_dir, rank, identity, log)
             return 0
     state["pgid"] = child.pid
-    if state["terminating"]:  # cancelled between the check above and the spawn
-        _signal_group(child.pid, signal.SIGTERM)
+    if state["terminating"]:  # cancelled or stopped between the check above and the spawn
+        stop = state["stop"]
+        _signal_group(child.pid, getattr(signal, stop["signal"], signal.SIGTERM) if stop else signal.SIGTERM)
     rc = child.wait()
     code = 128 - rc if rc < 0 else rc  # killed by signal N -> 128+N, as shells report it
     signal.setitimer(signal.ITIMER_REAL, 0)

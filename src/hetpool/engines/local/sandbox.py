@@ -113,6 +113,30 @@ def make_workdir(path: Path, uid: int, gid: int) -> None:
     os.chmod(path, 0o700)
 
 
+def adopt_checkpoint_dir(path: Path, uid: int, gid: int) -> None:
+    """The task's checkpoint directory (kept across its attempts), made or handed to this
+    attempt's identity: a resumed attempt may run under another dynamic uid than the one
+    that wrote the checkpoint. Run as root, so nothing inside is followed: symlinks and
+    special files are left alone (never chowned), and so is a file with other hard links
+    (it could be someone else's file linked in). `path` is <task root>/ckpt-<task>/rank-<r>:
+    the task's directory is root's (0711), each rank's is its worker's."""
+    create_task_root(path.parent)
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        st = os.lstat(path)
+        if not stat.S_ISDIR(st.st_mode):
+            raise SandboxError(f"checkpoint directory {path} is not a directory") from None
+    os.chown(path, uid, gid, follow_symlinks=False)
+    os.chmod(path, 0o700)
+    for top, dirs, files in os.walk(path, followlinks=False):
+        for name in dirs + files:
+            entry = os.path.join(top, name)
+            st = os.lstat(entry)
+            if stat.S_ISDIR(st.st_mode) or (stat.S_ISREG(st.st_mode) and st.st_nlink == 1):
+                os.chown(entry, uid, gid, follow_symlinks=False)
+
+
 def remove_tree(path: Path) -> None:
     """Delete a task's directory; symlinks inside are removed, never followed (rmtree works
     from directory descriptors on Linux, so a task cannot redirect it elsewhere)."""

@@ -11,6 +11,10 @@ Config (`backend_config` of a Cluster with `backend: ray`; all values are string
   pin_nodes          "false" to let Ray choose the node (default "true": the placed node, by node id)
   env_passthrough    "LD_LIBRARY_PATH, NCCL_*": variables of the Ray nodes' own environment a job may
                      see besides environment.py's KEEP list (nothing else of it reaches the job)
+  checkpoint_root    where checkpointable tasks keep HETPOOL_CHECKPOINT_DIR on the nodes (default
+                     /tmp/hetpool-ray-checkpoints; a multi-node cluster needs a path every node mounts).
+                     A stopped job gets SIGTERM and is killed after the cluster's RAY_JOB_STOP_WAIT_TIME_S
+                     (Ray's default 3 s; deploy/ray.sh starts Ray with 30 s): that is a task's real grace
 
 One Ray job per worker: submission id `<job_name>-r<rank>` (e.g. `hetpool-t-1-2-r0`); the
 handle's job_id is the job name, and `find` / `poll` / `cancel` look at every rank. A Ray job
@@ -54,6 +58,7 @@ those jobs PENDING and a later poll must give the same answer.
 from __future__ import annotations
 
 import codecs
+import dataclasses
 import json
 import os
 import re
@@ -90,6 +95,8 @@ from hetpool.engines.ray.environment import build_entrypoint, parse_passthrough
 from hetpool.engines.ray.resources import BUILTIN_ACCELERATORS, RayNode, ResourceNames, accelerator_types_of
 
 NODE_ID_LABEL = "ray.io/node-id"
+# Where checkpointable tasks keep their checkpoints on the Ray nodes (backend_config checkpoint_root).
+DEFAULT_CHECKPOINT_ROOT = "/tmp/hetpool-ray-checkpoints"
 OUTPUT_MARKER = "HETPOOL_OUTPUT_BEGIN"  # printed by the entrypoint (environment.py) before the command
 _MARKER_LINE = re.compile(r"(?:^|\n)" + OUTPUT_MARKER + r"\n")
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
@@ -253,6 +260,10 @@ class RayBackend(Backend, SupportsGang, SupportsLogStreaming):
     kind = "ray"
     UNSUPPORTED_FEATURES = {
         "fractional-devices": Unsupported("each worker's Ray job asks for whole accelerator resources (its device count); no device is shared"),
+        "checkpoint-signal": Unsupported(
+            "a stopped Ray job gets the cluster's RAY_JOB_STOP_SIGNAL (SIGTERM), then SIGKILL after its RAY_JOB_STOP_WAIT_TIME_S",
+            advice="catch SIGTERM in the task, or set checkpoint.signal: SIGTERM",
+        ),
     }
 
     def __init__(self, config: dict[str, str], catalog: DeviceCatalog | None, work_dir: Path, transport: httpx.BaseTransport | None = None) -> None:
@@ -264,6 +275,7 @@ class RayBackend(Backend, SupportsGang, SupportsLogStreaming):
         self.request_memory = flag(config, "request_memory", True)
         self.pin_nodes = flag(config, "pin_nodes", True)
         self.passthrough = parse_passthrough(str(config.get("env_passthrough") or ""))
+        self.checkpoint_root = str(config.get("checkpoint_root") or DEFAULT_CHECKPOINT_ROOT).rstrip("/") or DEFAULT_CHECKPOINT_ROOT
         self.work_dir = Path(work_dir)
 
     # -- the contract ---------------------------------------------------------------------
@@ -274,6 +286,12 @@ class RayBackend(Backend, SupportsGang, SupportsLogStreaming):
             raise ValueError(f"job name {name!r} is not usable as a Ray submission id")
         if not request.workers:
             raise ValueError(f"{name}: a launch request needs at least one worker")
+        if request.checkpointed and SAFE_JOB_NAME.fullmatch(request.task_id):
+            # On the Ray nodes (every node must mount checkpoint_root for a multi-node cluster);
+            # made by the job itself, as the Ray cluster's identity that runs every job.
+            checkpoint_dir = f"{self.checkpoint_root}/{request.task_id}"
+            command = f'mkdir -p "$HETPOOL_CHECKPOINT_DIR" || exit 1\n{request.command}'
+            request = dataclasses.replace(request, checkpoint_dir=checkpoint_dir, command=command)
         workers = sorted(request.workers, key=lambda w: w.rank)
         ranks = [w.rank for w in workers]
         if len(set(ranks)) != len(ranks):

@@ -170,6 +170,9 @@ class SlurmBackend(Backend, SupportsGang, SupportsLogStreaming):
         job_dir = self._job_dir(name)
         if not request.workers:
             raise SlurmPlanError(f"{name}: a launch request needs at least one worker")
+        if request.checkpointed and SAFE_JOB_NAME.fullmatch(request.task_id):
+            # One per task, kept across its attempts, on the storage every node mounts (jobs_dir).
+            request = dataclasses.replace(request, checkpoint_dir=str(self.work_dir / "checkpoints" / request.task_id))
         env = {str(w.rank): worker_environment(request, w) for w in request.workers}
         for values in env.values():
             env_script(values)  # refuses names a shell cannot export, before anything is written
@@ -241,6 +244,21 @@ class SlurmBackend(Backend, SupportsGang, SupportsLogStreaming):
         # Slurm's answer could be read, and explains a batch script stopped by SIGTERM.
         (job_dir / "cancel_requested").touch()
         self._scancel(name, self._known_id(job_dir))
+
+    def stop_gracefully(self, handle: JobHandle, signal_name: str, grace_s: float) -> None:
+        """`scancel --signal`: Slurm signals every process of the job's steps (the workers'
+        commands; worker.sh waits for them), not the batch script, and the job runs on until
+        the commands exit or the reconciler cancels it after the grace. A job not started
+        yet has nothing to checkpoint: it is cancelled."""
+        name = handle.job_id
+        job_dir = self._existing(name)
+        if job_dir is None or _read_final(job_dir) is not None:
+            return
+        job_id = self._known_id(job_dir)
+        if job_id is None or not self._files(job_dir).exists("started"):
+            self.cancel(handle)
+            return
+        self._scancel(name, job_id, signal_name=signal_name.removeprefix("SIG"))
 
     def logs(self, handle: JobHandle, rank: int = 0, offset: int = 0, limit: int = 65536) -> LogChunk:
         job_dir = self._existing(handle.job_id)
@@ -317,6 +335,9 @@ class SlurmBackend(Backend, SupportsGang, SupportsLogStreaming):
         try:
             share_job_dir(job_dir, ident)
             job_owned_dir(out, ident, as_root)
+            if request.checkpoint_dir:
+                (self.work_dir / "checkpoints").mkdir(mode=0o711, exist_ok=True)
+                job_owned_dir(Path(request.checkpoint_dir), ident, as_root)
             for rank in plan.ranks:
                 job_owned_dir(out / f"worker-{rank.rank}", ident, as_root)
         except PermissionError as exc:
@@ -370,12 +391,13 @@ class SlurmBackend(Backend, SupportsGang, SupportsLogStreaming):
             rows.append(_Row(job_id, leader, name, state.split()[0].rstrip("+") if state else "", exit_value, reason))
         return rows
 
-    def _scancel(self, name: str, job_id: str | None) -> None:
+    def _scancel(self, name: str, job_id: str | None, signal_name: str = "") -> None:
         # --name as well as the id: never cancel someone else's job that got a reused id.
         # Without root only the job's own account may cancel it: through sudo, like sbatch.
         stored = self._request_of(self._job_dir(name))
         prefix = submit_command(_identity_from(stored), False)[0] if os.geteuid() != 0 and stored.get("run_as") else []
-        done = self.commands.run("scancel", f"--name={name}", *([job_id] if job_id else []), prefix=prefix)
+        signal_args = [f"--signal={signal_name}"] if signal_name else []
+        done = self.commands.run("scancel", *signal_args, f"--name={name}", *([job_id] if job_id else []), prefix=prefix)
         if done.returncode != 0 and not any(s in done.stderr for s in _CANCEL_DONE):
             raise BackendUnavailableError(f"slurm: scancel {job_id or name} failed (exit {done.returncode}): {done.stderr.strip()[:2000]}")
 

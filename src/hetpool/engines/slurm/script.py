@@ -327,6 +327,9 @@ if [ "$hetpool_devices" -gt 0 ]; then
   fi
 fi
 cd "$W" || exit 1
+# A stop signal for a checkpoint (scancel --signal reaches every process of the step) is the
+# command's to handle: this shell catches it, waits for the command and records its exit.
+trap ':' USR1 USR2 INT TERM
 /bin/sh -c "$(cat "$J/command.sh")"
 code=$?
 printf '%s\\n' "$code" >"$W/.exit_code.tmp" && mv -f "$W/.exit_code.tmp" "$W/exit_code"

@@ -87,6 +87,12 @@ class TaskRow(Base):
     dispatch_failures: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     dispatch_unclassified: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     dispatch_retry_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # Graceful stop of a checkpointable task (core/checkpoint.py, workers/reconciler.py): when
+    # its stop signal went out, the attempt the next one resumes from, and the seconds run by
+    # earlier attempts that checkpointed (counted as done work by the scheduler).
+    stop_signalled_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    resume_from: Mapped[int | None] = mapped_column(Integer)
+    progress_s: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
 
 
 class PlacementRow(Base):

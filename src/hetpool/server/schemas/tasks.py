@@ -56,6 +56,11 @@ class TaskResponse(ApiModel):
         " (queued: estimated start + runtime; placed: start + runtime; or it has passed)",
     )
     spec: Document | None = Field(default=None, description="detail view: the task as submitted")
+    checkpoint: dict[str, Any] | None = Field(
+        default=None,
+        description="a checkpointable task: its stop signal and grace, the attempt it resumes from, the work done (progress_s, "
+        "reference-device seconds) and when its current stop signal went out",
+    )
     placement_attempts: list[dict[str, Any]] | None = Field(default=None, description="detail view: every placement tried and why")
     events: list[AuditEvent] | None = Field(default=None, description="detail view: the task's audit events, oldest first")
 

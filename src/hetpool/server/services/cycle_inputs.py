@@ -25,7 +25,7 @@ from hetpool.server.services.cluster_state import inventory_at, live_snapshot, r
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.inventory import Inventory
 from hetpool.server.services.quota import quota_book
-from hetpool.server.services.sched_state import apply_measured, learned_runtimes, measured_performance, running_tasks, with_runtime
+from hetpool.server.services.sched_state import apply_measured, learned_runtimes, measured_performance, running_tasks, with_progress, with_runtime
 from hetpool.server.services.task_planning import resolve_task_spec
 
 PLANNED_TASK_ID = "(plan)"  # the planned task's id in the cycle a plan runs; never a real id ("t-…")
@@ -127,7 +127,15 @@ def load_cycle(ctx: ServiceContext, session: Session, rows: list[TaskRow], now: 
         try:
             # A task waiting for its preferred model is held to the promise it was given.
             promise = PreferredWait.from_explanation(row.pending_explanation)
-            queue.append(QueuedTask(row.id, with_runtime(spec, learned), row.queued_at, quota_exempt=quota_exempt(row), preferred_wait=promise))
+            queue.append(
+                QueuedTask(
+                    row.id,
+                    with_progress(with_runtime(spec, learned), row.progress_s),
+                    row.queued_at,
+                    quota_exempt=quota_exempt(row),
+                    preferred_wait=promise,
+                )
+            )
         except Exception as exc:
             invalid.append((row.id, set_aside_message(f"{type(exc).__name__}: {exc}")))
     book = quota_book(inv, running) if inv.quotas else None

@@ -48,6 +48,7 @@ _COLUMNS = (
     TaskRow.created_at,
     TaskRow.spec,
     TaskRow.pending_explanation,
+    TaskRow.progress_s,
 )
 
 
@@ -68,6 +69,7 @@ class QueuedTask:
     created_at: datetime
     spec: dict
     pending_explanation: dict | None
+    progress_s: float  # work done by earlier attempts that checkpointed (services/checkpoints.py)
     shape: str = field(init=False)  # the spec but its name: tasks of one shape have the same candidate pools
     version: tuple = ()  # (updated_at as scanned, attempt): a row whose version moved is read again
 

@@ -56,8 +56,24 @@ def learned_runtimes(session: Session, inv: Inventory) -> dict[str, float]:
 def with_runtime(spec: TaskSpec, learned: dict[str, float]) -> TaskSpec:
     """The spec with a learned runtime estimate when the user gave none."""
     if spec.runtime_estimate is None and spec.template in learned:
-        return spec.model_copy(update={"runtime_estimate": f"{max(learned[spec.template], 1.0):.0f}s"})
+        return spec.with_runtime_estimate(f"{max(learned[spec.template], 1.0):.0f}s")
     return spec
+
+
+# A resumed task's remaining estimate never falls below this share of its estimate: its
+# progress is the time it ran, which says nothing of how much a checkpoint lost, and an
+# estimate that was too short must not read as "done" (services/checkpoints.py).
+MIN_REMAINING_SHARE = 0.1
+MIN_REMAINING_S = 60.0
+
+
+def with_progress(spec: TaskSpec, progress_s: float | None) -> TaskSpec:
+    """The spec with its runtime estimate reduced by the work earlier attempts checkpointed."""
+    if not progress_s or spec.runtime_estimate_s is None:
+        return spec
+    total = spec.runtime_estimate_s
+    left = max(total - progress_s, total * MIN_REMAINING_SHARE, min(MIN_REMAINING_S, total))
+    return spec.with_runtime_estimate(f"{left:.0f}s")
 
 
 def running_tasks(session: Session, inv: Inventory, learned: dict[str, float], now: datetime) -> list[RunningTask]:
@@ -79,7 +95,7 @@ def running_tasks(session: Session, inv: Inventory, learned: dict[str, float], n
         mine = placements.get(row.id, [])
         started = row.started_at or row.admitted_at or now
         try:
-            spec = with_runtime(parse_spec(row.spec), learned)
+            spec = with_progress(with_runtime(parse_spec(row.spec), learned), row.progress_s)
         except Exception:  # stored before a limit existed, or written by hand: it still holds its devices
             out.append(_holding_only(row, mine, started))
             continue

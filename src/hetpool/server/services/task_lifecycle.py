@@ -13,7 +13,7 @@ from hetpool.core.errors import ConflictError, NotFoundError
 from hetpool.core.states import TaskState, check_transition
 from hetpool.governance.access import preemption_notice
 from hetpool.server.db.models import TaskRow
-from hetpool.server.services import audit
+from hetpool.server.services import audit, checkpoints
 from hetpool.server.services.context import ServiceContext
 
 # The scheduler decides preemptions; the reconciler completes those of running jobs on
@@ -110,8 +110,12 @@ def request_preemption(ctx: ServiceContext, session: Session, victim_id: str, pr
 
 
 def preempt_now(ctx: ServiceContext, session: Session, victim: TaskRow, message: str) -> None:
-    """Record the preemption and put the task back in its queue (keeping its age)."""
+    """Record the preemption and put the task back in its queue (keeping its age); a task
+    stopped for a checkpoint goes back as a resume (services/checkpoints.py)."""
+    resume = checkpoints.resume_fields(ctx, session, victim)
+    if resume.get("resume_from") is not None:
+        message = f"{message}; resumes from attempt {resume['resume_from']}'s checkpoint"
     transition(
         ctx, session, victim, TaskState.PREEMPTED, actor=PREEMPTING_ACTOR, message=message, preemptions=victim.preemptions + 1, started_at=None
     )
-    transition(ctx, session, victim, TaskState.QUEUED, actor=PREEMPTING_ACTOR, message=message, preempt_reason=None, job_id=None)
+    transition(ctx, session, victim, TaskState.QUEUED, actor=PREEMPTING_ACTOR, message=message, preempt_reason=None, job_id=None, **resume)

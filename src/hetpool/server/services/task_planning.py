@@ -14,6 +14,7 @@ from typing import Any
 
 from hetpool.catalog.compat import CompatibilityKB
 from hetpool.catalog.names import candidate_problems, package_key, unknown_name
+from hetpool.core.checkpoint import StopSignal
 from hetpool.core.errors import SpecError
 from hetpool.core.specs import parse_spec
 from hetpool.core.tasks import TaskSpec, apply_template
@@ -137,6 +138,8 @@ def backend_fit(inv: Inventory, spec: TaskSpec, placements) -> dict:
         needs["gang"] = f"{len(placements)} workers on {len(per_node)} nodes start together"
         if len(set(per_node.values())) > 1:
             needs["uneven-gang"] = ", ".join(f"{n}: {c}" for n, c in sorted(per_node.items()))
+    if spec.checkpoint is not None and spec.checkpoint.signal != StopSignal.SIGTERM:
+        needs["checkpoint-signal"] = f"the task asks for {spec.checkpoint.signal.value} before it is stopped"
     if any(p.device_fraction < 1 for p in placements):
         needs["fractional-devices"] = "the task asks for a slice of a device"
     try:

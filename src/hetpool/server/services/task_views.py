@@ -13,7 +13,7 @@ from hetpool.core.states import TaskState
 from hetpool.engines.base import Backend, JobHandle
 from hetpool.server.db.models import AuditEventRow, PlacementRow, TaskRow
 from hetpool.server.schemas.tasks import TaskResponse
-from hetpool.server.services import audit, deadlines
+from hetpool.server.services import audit, checkpoints, deadlines
 from hetpool.server.services.approvals import pending_for_task
 from hetpool.server.services.cluster_state import read_inventory
 from hetpool.server.services.context import ServiceContext
@@ -65,6 +65,16 @@ def task_response(session: Session, row: TaskRow, *, detail: bool = False, ctx: 
         status = deadlines.row_status(row, lambda: [p.model for p in placements], ctx.clock.now(), lambda: read_inventory(ctx, session).catalog)
         if status is not None:
             body["deadline"], body["deadline_at_risk"] = iso_utc(status.deadline), status.at_risk
+    checkpoint = checkpoints.checkpoint_of(row)
+    if checkpoint is not None:
+        body["checkpoint"] = {
+            "signal": checkpoint.signal.value,
+            "grace_s": checkpoint.grace_s,
+            "resume": checkpoint.resume,
+            "resume_from": row.resume_from,
+            "progress_s": row.progress_s or 0.0,
+            "stop_signalled_at": iso_utc(row.stop_signalled_at),
+        }
     if row.state == TaskState.QUEUED.value and row.pending_explanation:
         body["pending"] = row.pending_explanation
     if row.state == TaskState.PENDING_APPROVAL.value:

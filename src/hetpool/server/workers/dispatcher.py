@@ -37,7 +37,7 @@ from hetpool.server import tracing
 from hetpool.server.db.claims import ClaimSet, claim_batch
 from hetpool.server.db.models import TaskRow
 from hetpool.server.leader import check_fence
-from hetpool.server.services import audit, task_lifecycle
+from hetpool.server.services import audit, checkpoints, task_lifecycle
 from hetpool.server.services.cluster_state import read_inventory
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.task_views import placements_of
@@ -78,6 +78,7 @@ class DispatchItem:
 
 
 def _launch_request(catalog, row: TaskRow, placements) -> LaunchRequest:
+    checkpoint = checkpoints.checkpoint_of(row)
     workers = []
     for p in placements:
         model = catalog.get(p.model) if p.model in catalog else None
@@ -103,6 +104,9 @@ def _launch_request(catalog, row: TaskRow, placements) -> LaunchRequest:
         workers=workers,
         env=dict(row.spec.get("env_vars") or {}),
         image=row.spec.get("image") or "",
+        stop_signal=checkpoint.signal.value if checkpoint else "",
+        stop_grace_s=checkpoint.grace_s if checkpoint else 0.0,
+        resume_from=row.resume_from if checkpoint else None,
     )
 
 

@@ -12,7 +12,7 @@ from hetpool.engines.base import EngineFault, JobHandle, JobPhase, JobStatus, cl
 from hetpool.server.db.claims import Rotation, claim_batch
 from hetpool.server.db.models import TaskRow
 from hetpool.server.leader import LeadershipLost
-from hetpool.server.services import task_lifecycle
+from hetpool.server.services import checkpoints, task_lifecycle
 from hetpool.server.services.cluster_state import read_inventory
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.reclaim import RECLAIMED
@@ -32,8 +32,10 @@ def reconcile_once(ctx: ServiceContext) -> int:
     with ctx.db.transaction() as session:
         query = select(TaskRow).where(TaskRow.state.in_(_FOLLOWED))
         rows = claim_batch(session, query, key=TaskRow.id, limit=ctx.settings.batch_of("reconcile"), rotation=rotation)
-        # A preemption request stops the job like a cancel does, then requeues the task.
-        work = [(r.id, r.attempt, r.backend, r.job_id, r.cancel_requested or bool(r.preempt_reason)) for r in rows]
+        # A preemption request stops the job like a cancel does (gracefully, for a task that
+        # declared a checkpoint: services/checkpoints.py), then requeues the task.
+        now = ctx.clock.now()
+        work = [(r.id, r.attempt, r.backend, r.job_id, _stop_step(r, now)) for r in rows]
         clusters = read_inventory(ctx, session).clusters if rows else {}
         cluster_of = {r.id: r.cluster or "" for r in rows}
     by_backend: dict[tuple[str, str], list] = defaultdict(list)
@@ -46,9 +48,8 @@ def reconcile_once(ctx: ServiceContext) -> int:
         except LookupError:
             continue
         try:
-            for _task_id, _, _, job_id, cancel_requested in items:
-                if cancel_requested:
-                    backend.cancel(JobHandle(backend_kind, job_id))
+            for task_id, attempt, _, job_id, step in items:
+                _stop(ctx, backend, JobHandle(backend_kind, job_id), task_id, attempt, step)
             statuses = backend.poll([JobHandle(backend_kind, job_id) for _, _, _, job_id, _ in items])
         except Exception as exc:  # of any kind (engines/base.py classify): a failed poll makes its tasks unknown, never failed
             fault = classify(exc)
@@ -58,11 +59,35 @@ def reconcile_once(ctx: ServiceContext) -> int:
             for task_id, attempt, *_ in items:
                 changes += _mark_unknown(ctx, task_id, attempt, f"{backend_kind} backend of cluster {cluster_name or '-'} {what}: {exc}")
             continue
-        outcomes = [(task_id, attempt, statuses.get(job_id, JobStatus(JobPhase.LOST)), cancel) for task_id, attempt, _, job_id, cancel in items]
+        outcomes = [
+            (task_id, attempt, statuses.get(job_id, JobStatus(JobPhase.LOST)), step is not None) for task_id, attempt, _, job_id, step in items
+        ]
         changes += _record_all(ctx, outcomes)
         if any(status.phase.terminal for _, _, status, _ in outcomes):
             wake(ctx, "schedule")  # devices came back: the queue may move
     return changes
+
+
+def _stop_step(row: TaskRow, now) -> str | None:
+    """None: the job runs on; else this round's step of stopping it (checkpoints.stop_step)."""
+    if not (row.cancel_requested or row.preempt_reason):
+        return None
+    return checkpoints.stop_step(row, now)
+
+
+def _stop(ctx: ServiceContext, backend, handle: JobHandle, task_id: str, attempt: int, step: str | None) -> None:
+    if step == "cancel":
+        backend.cancel(handle)
+    elif step == "signal":
+        with ctx.db.transaction() as session:
+            row = task_lifecycle.get_row(session, task_id, for_update=True)
+            checkpoint = checkpoints.checkpoint_of(row)
+            if row.attempt != attempt or checkpoint is None or row.stop_signalled_at is not None:
+                return
+        backend.stop_gracefully(handle, checkpoint.signal.value, checkpoint.grace_s)
+        # Recorded after the signal went out: a crash in between signals again (harmless),
+        # never kills without the grace. The grace counts from here.
+        checkpoints.record_signalled(ctx, task_id, attempt, checkpoint)
 
 
 def _record_all(ctx: ServiceContext, outcomes: list[tuple[str, int, JobStatus, bool]]) -> int:
@@ -112,7 +137,8 @@ def _apply(ctx: ServiceContext, session, task_id: str, attempt: int, status: Job
         return 0
     state = TaskState(row.state)
     preempting = bool(row.preempt_reason) and not row.cancel_requested
-    if preempting and status.phase == JobPhase.CANCELLED:
+    # A job asked to stop for a checkpoint has been preempted however it ended (it may exit 0).
+    if preempting and (status.phase == JobPhase.CANCELLED or (row.stop_signalled_at is not None and status.phase.terminal)):
         task_lifecycle.preempt_now(ctx, session, row, row.preempt_reason)
         return 1
     if cancel_requested and not preempting and status.phase.terminal:

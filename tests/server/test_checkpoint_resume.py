@@ -1,0 +1,113 @@
+"""Checkpoint-aware preemption end to end on the local engine (real processes): a task that
+declares `checkpoint` is sent its signal when a higher-priority task needs its devices,
+writes a checkpoint in HETPOOL_CHECKPOINT_DIR, and its next attempt resumes from it
+(HETPOOL_RESUME=1) — not from zero — with the time it ran counted as done work.
+Slurm and Ray: tests/engines/test_checkpoint_engines.py."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+
+from hetpool.catalog.devices import DeviceCatalog
+from hetpool.core.inventory import TaskType
+from hetpool.server.db.models import TaskRow
+from hetpool.server.services.context import ServiceContext
+from tests.server.helpers import drive_until, task_state
+
+A100_TASK = {
+    "tenant": "ai-lab/nlp/llm-sft",
+    "type": "training",
+    "per_worker": {"devices": {"class": "gpu", "models": ["nvidia-a100-80g"], "count": 8}, "cpu": 1, "memory_gb": 1},
+}
+
+# Counts steps; on its stop signal writes the step it reached and exits; a resumed attempt
+# starts from the step in its checkpoint. The checkpoint is written only on the signal, so
+# a resumed step above 0 proves the signal arrived and the directory outlived the attempt.
+STEPPER = """
+step=0
+if [ "${HETPOOL_RESUME:-}" = 1 ]; then
+  step=$(cat "$HETPOOL_CHECKPOINT_DIR/step")
+  echo "resumed from attempt $HETPOOL_RESUME_FROM_ATTEMPT at step $step"
+fi
+trap 'echo "$step" > "$HETPOOL_CHECKPOINT_DIR/step"; echo "checkpointed at step $step"; exit 0' USR1
+while [ "$step" -lt 100000 ]; do step=$((step + 1)); sleep 0.05; done
+echo "finished at step $step"
+"""
+
+
+def _submit(api: TestClient, **fields) -> str:
+    response = api.post("/api/v1/tasks", json=fields)
+    assert response.status_code == 201, response.text
+    return response.json()["id"]
+
+
+def _task(api: TestClient, task_id: str) -> dict:
+    return api.get(f"/api/v1/tasks/{task_id}").json()
+
+
+def _log(api: TestClient, task_id: str) -> str:
+    return api.get(f"/api/v1/tasks/{task_id}/logs").json()["text"]
+
+
+def test_a_preempted_checkpointable_task_is_signalled_and_resumes_from_its_checkpoint(ctx: ServiceContext, demo: TestClient) -> None:
+    checkpoint = {"signal": "SIGUSR1", "grace": "20s"}
+    low = _submit(demo, **A100_TASK, name="ckpt-sweep", workers=2, priority="low", runtime_estimate="2h", checkpoint=checkpoint, command=STEPPER)
+    drive_until(ctx, lambda: task_state(demo, low) == "running", 30)
+    ctx.clock.advance(600)  # it has run ten minutes (the test clock moves only when told)
+    high = _submit(demo, **A100_TASK, name="urgent", priority="high", command="echo urgent-done")
+    drive_until(ctx, lambda: task_state(demo, high) == "succeeded", timeout_s=60)
+    victim = _task(demo, low)
+    actions = [e["action"] for e in victim["events"]]
+    assert "task.stop_signalled" in actions and "task.preempted" in actions, actions
+    signalled = next(e for e in victim["events"] if e["action"] == "task.stop_signalled")
+    assert signalled["after"]["signal"] == "SIGUSR1" and signalled["after"]["grace_s"] == 20
+    # Ten minutes on an A100, in seconds on the reference device.
+    a100 = DeviceCatalog.builtin().get("nvidia-a100-80g").perf_for(TaskType.TRAINING)
+    assert victim["checkpoint"]["resume_from"] == 1 and victim["checkpoint"]["progress_s"] == pytest.approx(600 * a100)
+    assert "resumes from attempt 1's checkpoint" in victim["message"]
+    # Attempt 2 resumes from what attempt 1 wrote when it was signalled.
+    drive_until(ctx, lambda: _task(demo, low)["attempt"] == 2 and "resumed from attempt 1" in _log(demo, low), timeout_s=60)
+    resumed = re.search(r"resumed from attempt 1 at step (\d+)", _log(demo, low))
+    assert resumed and int(resumed.group(1)) > 0, _log(demo, low)
+    with ctx.db.transaction() as session:
+        row = session.execute(select(TaskRow).where(TaskRow.id == low)).scalar_one()
+        assert row.stop_signalled_at is None and row.resume_from == 1
+    demo.post(f"/api/v1/tasks/{low}/cancel")
+    drive_until(ctx, lambda: task_state(demo, low) == "cancelled", 30)
+
+
+def test_a_task_that_ignores_its_signal_is_killed_after_the_grace(ctx: ServiceContext, demo: TestClient) -> None:
+    stubborn = "trap '' USR1; echo started; while :; do sleep 0.1; done"
+    low = _submit(demo, **A100_TASK, name="stubborn", workers=2, priority="low", checkpoint={"signal": "USR1", "grace": "2s"}, command=stubborn)
+    drive_until(ctx, lambda: task_state(demo, low) == "running", 30)
+    high = _submit(demo, **A100_TASK, name="urgent", priority="high", command="echo urgent-done")
+    drive_until(ctx, lambda: task_state(demo, high) == "succeeded", timeout_s=60)
+    events = _task(demo, low)["events"]
+    actions = [e["action"] for e in events]
+    assert actions.index("task.stop_signalled") < actions.index("task.preempted")
+    demo.post(f"/api/v1/tasks/{low}/cancel")
+    drive_until(ctx, lambda: task_state(demo, low) in ("cancelled",), 30)
+
+
+def test_a_task_without_checkpoint_is_stopped_at_once_and_starts_afresh(ctx: ServiceContext, demo: TestClient) -> None:
+    low = _submit(demo, **A100_TASK, name="plain", workers=2, priority="low", command='echo "resume=${HETPOOL_RESUME:-no}"; sleep 60')
+    drive_until(ctx, lambda: task_state(demo, low) == "running", 30)
+    high = _submit(demo, **A100_TASK, name="urgent", priority="high", command="echo urgent-done")
+    drive_until(ctx, lambda: task_state(demo, high) == "succeeded", timeout_s=60)
+    victim = _task(demo, low)
+    assert "task.stop_signalled" not in [e["action"] for e in victim["events"]] and "checkpoint" not in victim
+    drive_until(ctx, lambda: _task(demo, low)["attempt"] == 2 and "resume=" in _log(demo, low), timeout_s=60)
+    assert "resume=no" in _log(demo, low)
+    demo.post(f"/api/v1/tasks/{low}/cancel")
+    drive_until(ctx, lambda: task_state(demo, low) == "cancelled", 30)
+
+
+def test_checkpoint_fields_are_validated_with_the_field_named(demo: TestClient) -> None:
+    for bad, field in ([{"signal": "SIGKILL"}, "signal"], [{"grace": "2h"}, "grace"], [{"grace": 0}, "grace"], [{"resume": "maybe"}, "resume"]):
+        response = demo.post("/api/v1/tasks", json={**A100_TASK, "name": "bad", "checkpoint": bad, "command": "true"})
+        assert response.status_code == 422, response.text
+        assert f"checkpoint.{field}" in response.text or f"'checkpoint', '{field}'" in response.text or field in response.text, response.text
