@@ -38,6 +38,7 @@ DATABASES = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 # adding raylets): pytest-xdist runs them all on one worker, one after another.
 SHARED_ENGINE_MODULES = {
     "test_ray_compute.py",
+    "test_checkpoint_engines.py",
     "test_slurm_compute.py",
     "test_slurm_runas.py",
     "test_ray_runas.py",

@@ -336,7 +336,9 @@ class SlurmBackend(Backend, SupportsGang, SupportsLogStreaming):
             share_job_dir(job_dir, ident)
             job_owned_dir(out, ident, as_root)
             if request.checkpoint_dir:
-                (self.work_dir / "checkpoints").mkdir(mode=0o711, exist_ok=True)
+                checkpoints = self.work_dir / "checkpoints"
+                checkpoints.mkdir(exist_ok=True)
+                checkpoints.chmod(0o711)  # explicit: the umask must not decide (run-as accounts traverse it)
                 job_owned_dir(Path(request.checkpoint_dir), ident, as_root)
             for rank in plan.ranks:
                 job_owned_dir(out / f"worker-{rank.rank}", ident, as_root)

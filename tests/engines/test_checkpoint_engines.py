@@ -1,0 +1,66 @@
+"""Checkpoint-aware preemption on real engines: a real `hetpool up --demo` server with
+deploy/slurm.sh's cluster and deploy/ray.sh's head imported. A low-priority task that
+declares `checkpoint` fills a pool; a high-priority task preempts it; the engine delivers
+the stop signal (Slurm: `scancel --signal=USR1`; Ray: its job stop, SIGTERM), the task
+writes its step into HETPOOL_CHECKPOINT_DIR and exits, and its next attempt resumes from
+that step (HETPOOL_RESUME=1), not from zero. The local engine: tests/server/test_checkpoint_resume.py.
+
+In the "shared-engines" xdist group (tests/conftest.py): the victim takes a whole pool.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from tests.engines.test_engine_faults import RAY_ADDRESS, SLURM_CONF, _api, _submit, _tasks, _until, server  # noqa: F401 (fixture)
+
+STEPPER = """
+step=0
+if [ "${HETPOOL_RESUME:-}" = 1 ]; then
+  step=$(cat "$HETPOOL_CHECKPOINT_DIR/step")
+  echo "resumed from attempt $HETPOOL_RESUME_FROM_ATTEMPT at step $step"
+fi
+trap 'echo "$step" > "$HETPOOL_CHECKPOINT_DIR/step"; echo "checkpointed at step $step"; exit 0' SIGNAL
+echo "started at step $step"
+while [ "$step" -lt 100000 ]; do step=$((step + 1)); sleep 0.05; done
+echo "finished at step $step"
+"""
+
+ENGINES = {
+    # engine: (pool, device class, devices in the pool, the signal the task asks for)
+    "slurm": ("hpc-nvidia-h100", "gpu", 8, "USR1"),
+    "ray": ("ray-lab-ascend-910b3", "npu", 8, "TERM"),
+}
+
+
+def _task(tenant: str, pool: str, device_class: str, count: int, **fields) -> dict:
+    per_worker = {"devices": {"class": device_class, "count": count}, "cpu": 0.5, "memory_gb": 0.5}
+    return {"tenant": tenant, "type": "training", "per_worker": per_worker, "any_of": [pool], **fields}
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_a_preempted_task_resumes_from_its_checkpoint_on_a_real_engine(server, engine: str) -> None:  # noqa: F811
+    pool, device_class, count, signal = ENGINES[engine]
+    api = _api(server)
+    _until(f"the {engine} pool imported", lambda: api.get(f"/objects/pools/{pool}").status_code == 200, 30)
+    checkpoint = {"signal": f"SIG{signal}", "grace": "30s"}
+    command = STEPPER.replace("SIGNAL", signal)
+    victim_spec = _task("ai-lab/nlp/llm-sft", pool, device_class, count, priority="low", checkpoint=checkpoint, command=command)
+    low = _submit(api, victim_spec, f"ckpt-{engine}")
+    logs = lambda: api.get(f"/tasks/{low}/logs").json()["text"]  # noqa: E731
+    _until("the victim running and stepping", lambda: _tasks(api, [low])[low]["state"] == "running" and "started at step 0" in logs(), 90)
+    time.sleep(1)  # some steps done (one per 0.05 s), so a resume from step 0 would show
+    high = _submit(api, _task("ai-lab/nlp/llm-sft", pool, device_class, 1, priority="high", command="echo urgent-done"), f"urgent-{engine}")
+    _until("the preemptor done", lambda: _tasks(api, [high])[high]["state"] == "succeeded", 120)
+    victim = _tasks(api, [low])[low]
+    actions = [e["action"] for e in victim["events"]]
+    assert "task.stop_signalled" in actions and "task.preempted" in actions, actions
+    assert victim["checkpoint"]["progress_s"] > 0 and victim["checkpoint"]["resume_from"] == 1, victim["checkpoint"]
+    _until("attempt 2 resumed", lambda: _tasks(api, [low])[low]["attempt"] == 2 and "resumed from attempt 1" in logs(), 120)
+    resumed = re.search(r"resumed from attempt 1 at step (\d+)", logs())
+    assert resumed and int(resumed.group(1)) > 0, logs()
+    assert api.post(f"/tasks/{low}/cancel").status_code == 200
+    _until("the victim cancelled", lambda: _tasks(api, [low])[low]["state"] == "cancelled", 90)
