@@ -29,7 +29,7 @@ import numpy as np
 from hetpool.catalog.compat import CompatibilityKB
 from hetpool.catalog.devices import DeviceCatalog
 from hetpool.core.inventory import ClusterSpec, NodeSpec, PoolSpec
-from hetpool.core.policy import ClassRule, SchedulingPolicySpec
+from hetpool.core.policy import ClassRule, MigrationRule, QueueSpec, SchedulingPolicySpec
 from hetpool.core.specs import parse_documents
 from hetpool.sim.engine import SimConfig, Simulator
 from hetpool.sim.importers.gavel import gavel_device_models, gavel_inventory, load_throughputs, model_name, read_gavel_trace
@@ -71,6 +71,26 @@ def typical_speeds(throughputs: dict) -> dict[str, float]:
     return {m: max(float(np.median(r)), 1e-3) for m, r in ratios.items()}
 
 
+def with_estimates(tasks: list[TraceTask], mode: str, seed: int) -> list[TraceTask]:
+    """The tasks as the scheduler gets them: `exact` keeps the importer's runtime estimate
+    (the true runtime on the reference device: an oracle no real user has); `noisy` makes it
+    true × exp(N(0, 0.5²)), one draw per job; `none` gives no estimate. In `noisy` and `none`
+    the true durations are replaced by NaN in what the simulator is handed: they reach it
+    only through `truth` (see run_trace), never through a task."""
+    if mode == "exact":
+        return tasks
+    rng = np.random.default_rng(seed)
+    out = []
+    for task in tasks:
+        spec = task.spec
+        estimate = None
+        if mode == "noisy":
+            estimate = f"{max(spec.runtime_estimate_s * float(np.exp(rng.normal(0.0, 0.5))), 1.0):.0f}s"
+        sealed = {model: float("nan") for model in task.work_s}
+        out.append(TraceTask(task.id, task.arrival_s, spec.with_runtime_estimate(estimate), float("nan"), sealed))
+    return out
+
+
 def shape(tasks: list[TraceTask], args: argparse.Namespace, typical: dict[str, float]) -> list[TraceTask]:
     """Operator-side task shaping: candidate list, tenant and priority per job.
 
@@ -93,7 +113,10 @@ def shape(tasks: list[TraceTask], args: argparse.Namespace, typical: dict[str, f
             update["tenant"] = f"gavel/jobs/{task.id}"
         elif args.tenants == "per-type":
             update["tenant"] = "gavel/jobs/" + "".join(c if c.isalnum() else "-" for c in spec.description.lower()).strip("-")[:40]
-        if args.sjf:
+        if args.checkpoint:
+            # Every Gavel job is training, and training checkpoints: SIGTERM, a minute to write it.
+            update["checkpoint"] = {"signal": "SIGTERM", "grace": f"{args.checkpoint_grace:g}s", "resume": True}
+        if args.sjf and spec.runtime_estimate_s is not None:
             hours = best_hours(task) * (spec.workers if args.sjf_by == "device-hours" else 1)
             level = sum(hours > limit for limit in args.sjf)
             level = len(args.sjf) - level if args.longest_first else level
@@ -103,6 +126,15 @@ def shape(tasks: list[TraceTask], args: argparse.Namespace, typical: dict[str, f
         new = type(spec).model_validate(document)
         out.append(TraceTask(task.id, task.arrival_s, new, task.reference_s, task.work_s))
     return out
+
+
+def queues_of(args: argparse.Namespace) -> list[QueueSpec]:
+    """One queue for the whole trace; with --migration, its rule moves checkpointed jobs
+    to faster devices at Gavel's round length."""
+    if not args.migration:
+        return []
+    rule = MigrationRule(round=f"{args.round_s:g}s", overhead=f"{args.migration_overhead:g}s", min_gain=args.min_gain)
+    return [QueueSpec(name="gavel", migration=rule)]
 
 
 def policy_of(args: argparse.Namespace) -> SchedulingPolicySpec:
@@ -119,7 +151,9 @@ def run_trace(trace_path: Path, args: argparse.Namespace) -> dict:
     models = {m.name: m for m in catalog}
     kb = CompatibilityKB.builtin()
     throughputs = load_throughputs(args.throughputs)
-    trace = shape(read_gavel_trace(trace_path, throughputs), args, typical_speeds(throughputs))
+    imported = read_gavel_trace(trace_path, throughputs)
+    real = {t.id: t for t in imported}  # the true durations: the simulated world's, read through `truth` only
+    trace = shape(with_estimates(imported, args.estimates, args.seed), args, typical_speeds(throughputs))
     policy = policy_of(args)
     sim = Simulator(
         [s for s in specs if isinstance(s, ClusterSpec)],
@@ -127,9 +161,11 @@ def run_trace(trace_path: Path, args: argparse.Namespace) -> dict:
         [s for s in specs if isinstance(s, PoolSpec)],
         models,
         kb.check,
-        SimConfig(policy=policy, min_cycle_interval_s=args.cycle_s, sample_every_s=60.0),
+        SimConfig(
+            policy=policy, queues=queues_of(args), min_cycle_interval_s=args.cycle_s, sample_every_s=60.0, resume_overhead_s=args.resume_overhead
+        ),
     )
-    result = sim.run(trace)
+    result = sim.run(trace, truth=lambda task, model: real[task.id].actual_seconds(model))
     s = summarize(result)
     name = trace_path.name.removesuffix(".trace")
     return {
@@ -143,6 +179,9 @@ def run_trace(trace_path: Path, args: argparse.Namespace) -> dict:
         "makespan_hours": s["makespan_hours"],
         "avg_wait_hours": s["wait_hours"]["avg"],
         "preemptions": s["preemptions"],
+        "migrations": sum(o.migrations for o in result.outcomes.values()),
+        "estimates": args.estimates,
+        "seed": args.seed,
         "fallbacks": s["fallbacks"],
         "utilisation": s["utilisation"],
         "cycles": s["cycles"],
@@ -223,6 +262,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--wait-for-preferred", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--no-backfill", action="store_true")
     ap.add_argument("--cycle-s", type=float, default=0.0, help="minimum seconds between cycles (0: after every event batch)")
+    ap.add_argument("--estimates", choices=["exact", "noisy", "none"], default="exact", help="what runtime estimates the scheduler gets")
+    ap.add_argument("--seed", type=int, default=0, help="the noise draw of --estimates noisy")
+    ap.add_argument("--checkpoint", action=argparse.BooleanOptionalAction, default=True, help="jobs declare a checkpoint (resume keeps progress)")
+    ap.add_argument("--checkpoint-grace", type=float, default=60.0)
+    ap.add_argument("--resume-overhead", type=float, default=60.0, help="seconds a resumed job spends reloading its checkpoint")
+    ap.add_argument("--migration", action=argparse.BooleanOptionalAction, default=True, help="move checkpointed jobs to faster idle devices")
+    ap.add_argument("--round-s", type=float, default=360.0, help="migration round (Gavel's: 360 s)")
+    ap.add_argument("--migration-overhead", type=float, default=60.0)
+    ap.add_argument("--min-gain", type=float, default=0.1)
     args = ap.parse_args(argv)
     if not args.all and not args.trace:
         ap.error("give --trace or --all")

@@ -8,6 +8,7 @@ DPU pools need not share one rulebook.
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Literal
 
 from pydantic import Field
@@ -15,6 +16,30 @@ from pydantic import Field
 from hetpool.core.base import Name, ObjectSpec, SpecModel
 from hetpool.core.inventory import DeviceClass, TaskType
 from hetpool.core.limits import MAX_QUEUE_ORDER, bounded
+from hetpool.core.units import Duration, parse_duration
+
+
+class MigrationRule(SpecModel):
+    """Moving checkpointable work to faster devices as they free up (scheduling/migration.py).
+
+    Every `round`, a running task of the queue that declared `checkpoint` (with resume) may
+    be stopped and resumed on a device model where it runs faster, when its expected
+    remaining time shrinks by more than `min_gain` of itself after paying `overhead` (the
+    restart: loading the checkpoint, warming up) plus its own checkpoint grace. Only devices
+    that no queued task could take in that cycle are used."""
+
+    round: Duration = Field(default="6m", description="how often moves are considered (Gavel's rounds are 6 minutes)")
+    overhead: Duration = Field(default="60s", description="restart cost of one move, besides the task's checkpoint grace")
+    min_gain: bounded(0, le=1) = Field(default=0.1, description="the share of its remaining time a move must save")
+    max_moves: int = Field(default=100, ge=1, le=10_000, description="moves per round at most")
+
+    @cached_property
+    def round_s(self) -> float:
+        return parse_duration(self.round)
+
+    @cached_property
+    def overhead_s(self) -> float:
+        return parse_duration(self.overhead)
 
 
 class QueueSpec(ObjectSpec):
@@ -28,6 +53,7 @@ class QueueSpec(ObjectSpec):
         description="priority-fairshare: priority class, then tenant fair share, then age; fifo: strict arrival order",
     )
     order: int = Field(default=100, ge=-MAX_QUEUE_ORDER, le=MAX_QUEUE_ORDER, description="routing precedence: lower is tried first")
+    migration: MigrationRule | None = Field(default=None, description="move checkpointable tasks to faster devices as they free up")
 
 
 class ClassRule(SpecModel):

@@ -24,3 +24,20 @@ def perf_of(task: TaskSpec, model: DeviceModelSpec) -> float:
 
 def cost_per_hour(placements: list[WorkerPlacement]) -> float:
     return round(sum(p.price_per_hour for p in placements), 4)
+
+
+# A resumed task's remaining estimate never falls below this share of its estimate: its
+# progress is the time it ran, which says nothing of how much a checkpoint lost, and an
+# estimate that was too short must not read as "done" (server: services/checkpoints.py).
+MIN_REMAINING_SHARE = 0.1
+MIN_REMAINING_S = 60.0
+
+
+def with_progress(spec: TaskSpec, progress_s: float | None) -> TaskSpec:
+    """The spec with its runtime estimate reduced by `progress_s`, the seconds (on the
+    reference device) earlier attempts ran before they checkpointed."""
+    if not progress_s or spec.runtime_estimate_s is None:
+        return spec
+    total = spec.runtime_estimate_s
+    left = max(total - progress_s, total * MIN_REMAINING_SHARE, min(MIN_REMAINING_S, total))
+    return spec.with_runtime_estimate(f"{left:.0f}s")

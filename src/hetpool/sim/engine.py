@@ -6,7 +6,15 @@ what the server's workers and the backends would: it applies admissions to the
 snapshot, runs each task for its *actual* duration on the devices it got (the trace's
 `work_s`, which the scheduler never sees), releases them when it ends, and carries out
 preemptions. A preempted task loses its progress and starts again from zero when it is
-re-admitted — the honest cost of preemption without checkpoints.
+re-admitted — the honest cost of preemption without checkpoints — unless it declared
+`checkpoint` (with resume): then it keeps the work done and its next attempt runs the rest,
+after `SimConfig.resume_overhead_s` (reloading the checkpoint). A queue with a `migration`
+rule moves such tasks to faster idle devices at its round boundaries (scheduling/migration.py).
+
+What really happens comes from the trace's true durations, read through `truth` only (by
+default `TraceTask.actual_seconds`): the scheduler sees the task specs and nothing else, so
+a run whose trace holds NaN for every true duration and gets them through `truth` decides
+exactly the same (bench/gavel_compare.py's noisy/none estimates; tests/sim/test_no_oracle.py).
 
 Quotas (`SimConfig.quotas`, the inventory's `kind: Quota` documents) are enforced as live:
 before every cycle a `QuotaBook` is charged with the running work in start order
@@ -26,7 +34,7 @@ from datetime import UTC, datetime, timedelta
 from hetpool.core.inventory import ClusterSpec, DeviceModelSpec, NodeSpec, PoolSpec
 from hetpool.core.policy import QueueSpec, SchedulingPolicySpec
 from hetpool.core.quota import QuotaSpec
-from hetpool.core.tasks import Priority
+from hetpool.core.tasks import Priority, TaskSpec
 from hetpool.governance.quota import QuotaBook
 from hetpool.scheduling.backfill import PreferredWait
 from hetpool.scheduling.cycle import QueuedTask, run_cycle
@@ -34,6 +42,7 @@ from hetpool.scheduling.estimate import runtime_on
 from hetpool.scheduling.explain import Reason
 from hetpool.scheduling.running import RunningTask
 from hetpool.scheduling.snapshot import Allocation, build_snapshot
+from hetpool.sim.resume import Resumes
 from hetpool.sim.trace import TraceTask
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
@@ -50,6 +59,7 @@ class SimConfig:
     quotas: list[QuotaSpec] = field(default_factory=list)  # none: no quota is enforced
     max_time_s: float | None = None  # stop the clock here (tasks still running are reported)
     sample_every_s: float = 0.0  # utilisation/queue samples: at every event (0) or at this step
+    resume_overhead_s: float = 60.0  # a checkpointed task's restart cost on each resume (besides a migration's own overhead)
 
 
 @dataclass
@@ -67,6 +77,7 @@ class TaskOutcome:
     price_per_hour: float = 0.0
     fallback_used: bool = False
     preemptions: int = 0
+    migrations: int = 0  # moves to faster devices (checkpointed, resumed there)
     borrowed: int = 0  # admissions that took a sibling's idle quota (over the task's nominal)
     over_quota_cycles: int = 0  # cycles it waited because its quota was spent (capacity or not)
     cost: float = 0.0  # device-hours × price, including work lost to preemption
@@ -123,8 +134,13 @@ class Simulator:
         self.snapshot = build_snapshot(clusters, nodes, pools, models)
         self.pool_price = {p.name: p.price_per_hour for p in pools}
 
-    def run(self, trace: list[TraceTask], progress: Callable[[float, int, int], None] | None = None) -> SimResult:
-        state = _Run(self, trace)
+    def run(
+        self,
+        trace: list[TraceTask],
+        progress: Callable[[float, int, int], None] | None = None,
+        truth: Callable[[TraceTask, DeviceModelSpec | None], float] | None = None,
+    ) -> SimResult:
+        state = _Run(self, trace, truth or TraceTask.actual_seconds)
         while state.next_arrival < len(state.arrivals) or state.queued or state.running:
             now = state.next_time()
             if now is None:
@@ -137,6 +153,7 @@ class Simulator:
             # same capacity gives the same decisions.
             if state.queued and state.dirty and (state.now - state.last_cycle >= self.config.min_cycle_interval_s or state.cycle_at_once()):
                 state.cycle()
+            state.migrate()
             state.sample()
             if progress is not None:
                 progress(state.now, state.next_arrival, len(state.arrivals))
@@ -156,8 +173,8 @@ class Simulator:
 class _Run:
     """One simulation: the virtual clock, the queue, the running work and its ends."""
 
-    def __init__(self, sim: Simulator, trace: list[TraceTask]) -> None:
-        self.sim, self.cfg, self.snap = sim, sim.config, sim.snapshot
+    def __init__(self, sim: Simulator, trace: list[TraceTask], truth: Callable[[TraceTask, DeviceModelSpec | None], float]) -> None:
+        self.sim, self.cfg, self.snap, self.truth = sim, sim.config, sim.snapshot, truth
         self.tasks = {t.id: t for t in trace}
         self.arrivals = sorted(trace, key=lambda t: (t.arrival_s, t.id))
         self.outcomes = {t.id: TaskOutcome(t.id, t.spec.tenant, t.spec.task_type.value, t.arrival_s) for t in trace}
@@ -180,6 +197,8 @@ class _Run:
         self.again, self.same_moment = False, 0
         self.promise_due: float | None = None  # when the earliest promise to a waiting task breaks
         self.max_preemptions = (self.cfg.policy or SchedulingPolicySpec()).max_preemptions
+        self.resumes = Resumes(self)
+        self.reservations: list = []  # the last cycle's: the nodes held for waiting heads
 
     def next_time(self) -> float | None:
         """When the next thing happens; None: nothing will change any more (or max_time_s is reached)."""
@@ -195,6 +214,10 @@ class _Run:
             candidates.append(now)  # evictions or carried tasks in the last cycle: cycle again now
         if self.queued and self.dirty and cfg.min_cycle_interval_s > 0 and self.last_cycle + cfg.min_cycle_interval_s > now:
             candidates.append(self.last_cycle + cfg.min_cycle_interval_s)  # the next allowed cycle
+        if self.queued and self.dirty and now - self.last_cycle >= cfg.min_cycle_interval_s:
+            candidates.append(now)  # moved since the last cycle (a migration): place them now
+        if self.resumes.next_round is not None:
+            candidates.append(self.resumes.next_round)
         if not candidates:
             return None  # queued work that can never start: nothing will change any more
         now = max(now, min(candidates))
@@ -249,6 +272,7 @@ class _Run:
         )
         self.cycles += 1
         self.core_s += result.duration_s
+        self.reservations = result.reservations
         if result.carried:
             self.dirty = True  # tasks the cycle did not reach (policy.max_heads_per_cycle): the next cycle goes on
         budget = (cfg.policy or SchedulingPolicySpec()).max_heads_per_cycle
@@ -296,18 +320,22 @@ class _Run:
         book.charge_running(rt for rt, _, _ in self.running.values())
         return book
 
-    def evict(self, victim: str) -> None:
+    def evict(self, victim: str, migrated: bool = False) -> None:
         self.dirty = True  # freed capacity: the next cycle places the preemptor
-        planned_end = self.running[victim][2]
-        self.release(victim)
+        _, started, planned_end = self.running[victim]
+        stopped = self.release(victim)
         out = self.outcomes[victim]
-        out.preemptions += 1
+        if migrated:
+            out.migrations += 1
+        else:
+            out.preemptions += 1
         # Admission charged the whole run; the part never run is refunded,
         # the part run (and lost) stays charged.
         out.cost -= (planned_end - self.now) / 3600 * out.price_per_hour
         self.attempts[victim] += 1
         task = self.tasks[victim]
-        self.queued[victim] = QueuedTask(victim, task.spec, EPOCH + timedelta(seconds=task.arrival_s))
+        spec = self.resumes.stopped(task, stopped, started)  # a checkpointed task goes back with the rest of its work
+        self.queued[victim] = QueuedTask(victim, spec, EPOCH + timedelta(seconds=task.arrival_s))
 
     def start(self, decision) -> None:
         snap, now, models = self.snap, self.now, self.sim.models
@@ -316,8 +344,9 @@ class _Run:
         for p in placements:
             snap.take(snap.row_of(p.node, p.pool), p.device_indices, p.device_fraction, p.cpu, p.memory_gb)
             self.busy[p.pool] += len(p.device_indices) * p.device_fraction
-        # A gang runs at the pace of its slowest worker.
-        duration = max(task.actual_seconds(models.get(p.model) if p.device_indices else None) for p in placements)
+        # A gang runs at the pace of its slowest worker; a resumed task only the rest of its work.
+        full = max(self.truth(task, models.get(p.model) if p.device_indices else None) for p in placements)
+        duration = self.resumes.duration(task.id, full)
         end = now + duration
         out = self.outcomes[task.id]
         out.start_s, out.pool, out.model = now, placements[0].pool, placements[0].model
@@ -326,24 +355,33 @@ class _Run:
         out.price_per_hour = sum(p.price_per_hour for p in placements)
         out.fallback_used = decision.assignment.fallback_used
         out.cost += duration / 3600 * out.price_per_hour
-        expected = task.spec.runtime_estimate_s
+        spec = self.queued[task.id].spec  # the task's own, or (resumed) with what is left of its estimate
         rank = Priority(task.spec.priority).rank
         allocations = tuple(Allocation(p.node, p.pool, p.device_indices, p.device_fraction, p.cpu, p.memory_gb) for p in placements)
-        expected_end = EPOCH + timedelta(seconds=now + (duration if expected is None else _scaled(task, placements, models)))
+        # What the scheduler expects — its estimate scaled to the devices, never the truth:
+        # without an estimate the end is unknown, as in the server.
+        expected_end = None if spec.runtime_estimate_s is None else EPOCH + timedelta(seconds=now + _scaled(spec, placements, models))
         preemptible = task.spec.preemptible and out.preemptions < self.max_preemptions
         started = EPOCH + timedelta(seconds=now)
-        spec = task.spec
         running = RunningTask(task.id, spec.tenant, rank, spec.task_type, allocations, started, expected_end, preemptible, env=spec.env.value)
         self.running[task.id] = (running, now, end)
         heapq.heappush(self.ends, (end, next(self.seq), task.id, self.attempts[task.id]))
         del self.queued[task.id]
+
+    def snap_time(self) -> datetime:
+        return EPOCH + timedelta(seconds=self.now)
+
+    def migrate(self) -> None:
+        """At a round boundary, move checkpointed tasks to faster idle devices (queues' migration rules)."""
+        for task_id in self.resumes.moves():
+            if task_id in self.running:
+                self.evict(task_id, migrated=True)
 
     def sample(self) -> None:
         if not self.samples or self.cfg.sample_every_s <= 0 or self.now - self.samples[-1].t >= self.cfg.sample_every_s:
             self.samples.append(Sample(self.now, len(self.queued), len(self.running), dict(self.busy)))
 
 
-def _scaled(task: TraceTask, placements, models) -> float:
+def _scaled(spec: TaskSpec, placements, models) -> float:
     """What the scheduler expects (its estimate scaled to the devices), not the truth."""
-
-    return max(runtime_on(task.spec, models.get(p.model)) or 0.0 for p in placements)
+    return max(runtime_on(spec, models.get(p.model)) or 0.0 for p in placements)

@@ -8,7 +8,7 @@ passed the job is cancelled (killed). A job that ends in between — whatever it
 code: it was asked to stop — is a preemption, and the task is requeued as a resume:
 `resume_from` names the stopped attempt and `progress_s` grows by the time it ran, in
 seconds on the reference device (the work it checkpointed is not done again; the
-scheduler counts only the rest: sched_state.with_progress).
+scheduler counts only the rest: scheduling.estimate.with_progress).
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from hetpool.core.tasks import TaskSpec
 from hetpool.governance.quota import QuotaBook
 from hetpool.scheduling.backfill import PreferredWait
 from hetpool.scheduling.cycle import CycleResult, Decision, QueuedTask, run_cycle
+from hetpool.scheduling.estimate import with_progress
 from hetpool.scheduling.running import RunningTask
 from hetpool.scheduling.snapshot import Snapshot
 from hetpool.server.db.models import TaskRow
@@ -25,7 +26,7 @@ from hetpool.server.services.cluster_state import inventory_at, live_snapshot, r
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.inventory import Inventory
 from hetpool.server.services.quota import quota_book
-from hetpool.server.services.sched_state import apply_measured, learned_runtimes, measured_performance, running_tasks, with_progress, with_runtime
+from hetpool.server.services.sched_state import apply_measured, learned_runtimes, measured_performance, running_tasks, with_runtime
 from hetpool.server.services.task_planning import resolve_task_spec
 
 PLANNED_TASK_ID = "(plan)"  # the planned task's id in the cycle a plan runs; never a real id ("t-…")

@@ -13,7 +13,7 @@ from hetpool.core.inventory import TaskType
 from hetpool.core.specs import parse_spec
 from hetpool.core.states import ACTIVE_STATES, TaskState
 from hetpool.core.tasks import Priority, TaskSpec
-from hetpool.scheduling.estimate import runtime_on
+from hetpool.scheduling.estimate import runtime_on, with_progress
 from hetpool.scheduling.forecast import end_after
 from hetpool.scheduling.running import BASIS_ESTIMATE, BASIS_HISTORY, RunningTask, revise_overruns
 from hetpool.scheduling.snapshot import Allocation
@@ -58,22 +58,6 @@ def with_runtime(spec: TaskSpec, learned: dict[str, float]) -> TaskSpec:
     if spec.runtime_estimate is None and spec.template in learned:
         return spec.with_runtime_estimate(f"{max(learned[spec.template], 1.0):.0f}s")
     return spec
-
-
-# A resumed task's remaining estimate never falls below this share of its estimate: its
-# progress is the time it ran, which says nothing of how much a checkpoint lost, and an
-# estimate that was too short must not read as "done" (services/checkpoints.py).
-MIN_REMAINING_SHARE = 0.1
-MIN_REMAINING_S = 60.0
-
-
-def with_progress(spec: TaskSpec, progress_s: float | None) -> TaskSpec:
-    """The spec with its runtime estimate reduced by the work earlier attempts checkpointed."""
-    if not progress_s or spec.runtime_estimate_s is None:
-        return spec
-    total = spec.runtime_estimate_s
-    left = max(total - progress_s, total * MIN_REMAINING_SHARE, min(MIN_REMAINING_S, total))
-    return spec.with_runtime_estimate(f"{left:.0f}s")
 
 
 def running_tasks(session: Session, inv: Inventory, learned: dict[str, float], now: datetime) -> list[RunningTask]:
