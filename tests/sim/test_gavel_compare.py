@@ -36,7 +36,7 @@ def test_shaping_orders_by_speed_and_prunes_slow_devices() -> None:
     throughputs = gc.load_throughputs(DATA / "gavel-throughputs.sample.json")
     tasks = gc.read_gavel_trace(DATA / "static_n100_s0.head20.trace", throughputs)
     args = gc.main.__globals__["argparse"].Namespace(
-        shape="fallback", advantage=0.0, prune=0.3, tenants="per-job", sjf=[1.5, 3.0], sjf_by="hours", longest_first=False
+        shape="fallback", advantage=0.0, prune=0.3, tenants="per-job", sjf=[1.5, 3.0], sjf_by="hours", longest_first=False, checkpoint=False
     )
     for before, after in zip(tasks, gc.shape(tasks, args, gc.typical_speeds(throughputs)), strict=True):
         perf = before.spec.relative_performance
