@@ -64,3 +64,32 @@ def test_a_preempted_task_resumes_from_its_checkpoint_on_a_real_engine(server, e
     assert resumed and int(resumed.group(1)) > 0, logs()
     assert api.post(f"/tasks/{low}/cancel").status_code == 200
     _until("the victim cancelled", lambda: _tasks(api, [low])[low]["state"] == "cancelled", 90)
+
+
+def test_a_migration_moves_a_checkpointed_slurm_job_to_the_faster_nodes(server) -> None:  # noqa: F811
+    """A100 → H100 on the Slurm cluster: the move is a graceful stop (scancel --signal) and a
+    resume on the H100 node, from the checkpoint. (Ray's demo head has one model per device
+    class, so it has nothing to move to; its graceful stop and resume are the test above.)"""
+    api = _api(server)
+    _until("the Slurm pools imported", lambda: api.get("/objects/pools/hpc-nvidia-h100").status_code == 200, 30)
+    pools = [p["name"] for p in api.get("/objects/pools").json()]
+    a100 = next(p for p in pools if p.startswith("hpc-nvidia-a100"))
+    queue = {"kind": "Queue", "name": "train", "task_types": ["training"], "migration": {"round": "3s", "overhead": "10s", "min_gain": 0.1}}
+    policy = {"kind": "SchedulingPolicy", "name": "default", "wait_for_preferred": False}
+    assert api.post("/apply", json={"documents": [queue, policy]}).status_code == 200
+    blocker = _submit(api, _task("ai-lab/nlp/llm-sft", "hpc-nvidia-h100", "gpu", 8, command="sleep 4"), "blocker")
+    _until("the blocker running", lambda: _tasks(api, [blocker])[blocker]["state"] == "running", 90)
+    spec = _task("ai-lab/nlp/llm-sft", a100, "gpu", 4, checkpoint={"signal": "SIGUSR1", "grace": "30s"}, command=STEPPER.replace("SIGNAL", "USR1"))
+    spec |= {"any_of": [], "fallback": ["hpc-nvidia-h100", a100], "runtime_estimate": "10h"}
+    mover = _submit(api, spec, "mover")
+    logs = lambda: api.get(f"/tasks/{mover}/logs").json()["text"]  # noqa: E731
+    _until("the mover stepping on the A100s", lambda: "started at step 0" in logs(), 90)
+    assert _tasks(api, [mover])[mover]["placements"][0]["pool"] == a100
+    _until("moved and resumed", lambda: _tasks(api, [mover])[mover]["attempt"] == 2 and "resumed from attempt 1" in logs(), 120)
+    moved = _tasks(api, [mover])[mover]
+    assert moved["placements"][0]["pool"] == "hpc-nvidia-h100"
+    assert "task.migration_requested" in [e["action"] for e in moved["events"]]
+    resumed = re.search(r"resumed from attempt 1 at step (\d+)", logs())
+    assert resumed and int(resumed.group(1)) > 0, logs()
+    assert api.post(f"/tasks/{mover}/cancel").status_code == 200
+    _until("the mover cancelled", lambda: _tasks(api, [mover])[mover]["state"] == "cancelled", 90)

@@ -7,6 +7,7 @@ Slurm and Ray: tests/engines/test_checkpoint_engines.py."""
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 from fastapi.testclient import TestClient
@@ -111,3 +112,41 @@ def test_checkpoint_fields_are_validated_with_the_field_named(demo: TestClient) 
         response = demo.post("/api/v1/tasks", json={**A100_TASK, "name": "bad", "checkpoint": bad, "command": "true"})
         assert response.status_code == 422, response.text
         assert f"checkpoint.{field}" in response.text or f"'checkpoint', '{field}'" in response.text or field in response.text, response.text
+
+
+def test_a_migration_rule_moves_a_checkpointed_task_to_the_faster_pool_once_it_is_free(ctx: ServiceContext, demo: TestClient) -> None:
+    queue = {"kind": "Queue", "name": "train", "task_types": ["training"], "migration": {"round": "6m", "overhead": "60s", "min_gain": 0.1}}
+    policy = {"kind": "SchedulingPolicy", "name": "default", "wait_for_preferred": False}
+    assert demo.post("/api/v1/apply", json={"documents": [queue, policy]}).status_code == 200
+    eight = {"devices": {"class": "gpu", "count": 8}, "cpu": 1, "memory_gb": 1}
+    blocker = _submit(demo, name="blocker", tenant="ai-lab/nlp/llm-sft", type="training", per_worker=eight, fallback=["bj-h800"], command="sleep 2")
+    drive_until(ctx, lambda: task_state(demo, blocker) == "running", 30)
+    mover = _submit(
+        demo,
+        name="mover",
+        tenant="ai-lab/nlp/llm-sft",
+        type="training",
+        per_worker=eight,
+        fallback=["nvidia-h800", "nvidia-a100-80g"],
+        runtime_estimate="10h",
+        checkpoint={"signal": "SIGUSR1", "grace": "30s"},
+        command=STEPPER,
+    )
+    drive_until(ctx, lambda: task_state(demo, mover) == "running", 30)
+    time.sleep(1)  # some steps done, so a resume from step 0 would show
+    assert _task(demo, mover)["placements"][0]["model"] == "nvidia-a100-80g"  # the H800s are taken
+    drive_until(ctx, lambda: task_state(demo, blocker) == "succeeded", 30)
+    ctx.clock.advance(400)  # the next migration round
+    drive_until(ctx, lambda: _task(demo, mover)["attempt"] == 2 and "resumed from attempt 1" in _log(demo, mover), timeout_s=60)
+    moved = _task(demo, mover)
+    assert moved["placements"][0]["model"] == "nvidia-h800" and moved["checkpoint"]["resume_from"] == 1
+    actions = [e["action"] for e in moved["events"]]
+    assert "task.migration_requested" in actions and "task.stop_signalled" in actions
+    requested = next(e for e in moved["events"] if e["action"] == "task.migration_requested")["after"]
+    assert (requested["from_model"], requested["to_model"]) == ("nvidia-a100-80g", "nvidia-h800") and requested["gain_s"] > 3600
+    resumed = re.search(r"resumed from attempt 1 at step (\d+)", _log(demo, mover))
+    assert resumed and int(resumed.group(1)) > 0
+    with ctx.db.transaction() as session:
+        assert session.execute(select(TaskRow.preemptions).where(TaskRow.id == mover)).scalar_one() == 0  # a move is not a preemption
+    demo.post(f"/api/v1/tasks/{mover}/cancel")
+    drive_until(ctx, lambda: task_state(demo, mover) == "cancelled", 30)

@@ -39,6 +39,10 @@ from hetpool.scheduling.estimate import perf_of
 from hetpool.scheduling.running import RunningTask
 from hetpool.scheduling.snapshot import Snapshot
 
+# How a move's stop reason begins: a move is a graceful stop like a preemption, but does not
+# count as one against the task's max_preemptions (services/task_lifecycle.preempt_now).
+MOVE_REASON_PREFIX = "moved to faster"
+
 
 @dataclass(frozen=True)
 class Move:

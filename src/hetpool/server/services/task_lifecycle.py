@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from hetpool.core.errors import ConflictError, NotFoundError
 from hetpool.core.states import TaskState, check_transition
 from hetpool.governance.access import preemption_notice
+from hetpool.scheduling.migration import MOVE_REASON_PREFIX
 from hetpool.server.db.models import TaskRow
 from hetpool.server.services import audit, checkpoints
 from hetpool.server.services.context import ServiceContext
@@ -115,7 +116,8 @@ def preempt_now(ctx: ServiceContext, session: Session, victim: TaskRow, message:
     resume = checkpoints.resume_fields(ctx, session, victim)
     if resume.get("resume_from") is not None:
         message = f"{message}; resumes from attempt {resume['resume_from']}'s checkpoint"
+    counted = 0 if message.startswith(MOVE_REASON_PREFIX) else 1  # a move to faster devices is not held against the task
     transition(
-        ctx, session, victim, TaskState.PREEMPTED, actor=PREEMPTING_ACTOR, message=message, preemptions=victim.preemptions + 1, started_at=None
+        ctx, session, victim, TaskState.PREEMPTED, actor=PREEMPTING_ACTOR, message=message, preemptions=victim.preemptions + counted, started_at=None
     )
     transition(ctx, session, victim, TaskState.QUEUED, actor=PREEMPTING_ACTOR, message=message, preempt_reason=None, job_id=None, **resume)

@@ -35,6 +35,7 @@ from hetpool.server.workers.audit_checkpoint import checkpoint_audit
 from hetpool.server.workers.cost import accrue_usage
 from hetpool.server.workers.dispatcher import dispatch_once
 from hetpool.server.workers.lanes import DispatchLanes
+from hetpool.server.workers.migration import migrate_once
 from hetpool.server.workers.reclaim import reclaim_once
 from hetpool.server.workers.reconciler import reconcile_once
 from hetpool.server.workers.scheduler import schedule_once
@@ -46,14 +47,24 @@ log = logging.getLogger(__name__)
 # the cheap periodic steps (node liveness, approval expiry, audit checkpoints).
 PIPELINE_STEPS = {
     "housekeeping": (mark_offline, expire_approvals, checkpoint_audit),
-    "schedule": (schedule_once,),
+    "schedule": (schedule_once, migrate_once),
     "dispatch": (dispatch_once,),  # in WorkerPipelines: DispatchLanes.dispatch_round
     "reconcile": (reconcile_once,),
     "reclaim": (reclaim_once,),
     "cost": (accrue_usage,),
 }
 # One round of every pipeline, in the order a task moves through them (run_pass).
-WORKER_STEPS = (mark_offline, expire_approvals, schedule_once, dispatch_once, reconcile_once, reclaim_once, accrue_usage, checkpoint_audit)
+WORKER_STEPS = (
+    mark_offline,
+    expire_approvals,
+    schedule_once,
+    migrate_once,
+    dispatch_once,
+    reconcile_once,
+    reclaim_once,
+    accrue_usage,
+    checkpoint_audit,
+)
 
 
 def run_pass(ctx: ServiceContext, steps=WORKER_STEPS, still_leader=None, pipeline: str | None = None) -> bool:

@@ -27,6 +27,7 @@ from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.cycle_inputs import load_cycle, set_aside_message
 from hetpool.server.services.queue_cache import queue_cache
 from hetpool.server.services.wakeups import wake
+from hetpool.server.workers.migration import rounds
 
 ACTOR = "scheduler"
 log = logging.getLogger(__name__)
@@ -51,6 +52,8 @@ def schedule_once(ctx: ServiceContext) -> CycleResult | None:
     _fail_queued(ctx, load.invalid)
     # process (pure)
     result = run_cycle(load.snap, load.queue, ctx.compat.check, now, **load.options())
+    # The nodes this cycle holds for waiting heads: the migration step leaves them alone.
+    rounds(ctx).reserved_nodes = frozenset(node for r in result.reservations for node in r.nodes)
     aside = [(d.task_id, set_aside_message(d.set_aside)) for d in result.decisions if d.set_aside]
     try:
         _apply(ctx, result, epoch, loaded, pools, clusters, aside, tenant_of)
