@@ -13,6 +13,8 @@ lifecycle (scheduling, running the command, logs) is EMULATION; see its docstrin
 
 from __future__ import annotations
 
+import dataclasses
+
 import copy
 import re
 import time
@@ -607,3 +609,11 @@ def harness(api: FakeJobsAPI, tmp_path: Path) -> Iterator[Harness]:
     backend = backend_for(api, tmp_path)
     for handle in h.cleanup:
         backend.cancel(handle)
+
+
+def test_a_checkpointed_tasks_grace_is_the_pods_termination_grace_period() -> None:
+    plain = job_manifest(request(), config(), CATALOG)
+    assert "terminationGracePeriodSeconds" not in plain["spec"]["template"]["spec"]
+    graceful = job_manifest(dataclasses.replace(request(), stop_signal="SIGTERM", stop_grace_s=90.5), config(), CATALOG)
+    validate(graceful)
+    assert graceful["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 91

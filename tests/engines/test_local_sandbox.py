@@ -18,6 +18,7 @@ import pytest
 from hetpool.engines.base import JobHandle, JobPhase
 from hetpool.engines.local import LocalBackend
 from hetpool.engines.local import config as local_config
+from hetpool.engines.local import sandbox
 from hetpool.engines.local.config import DEFAULT_UID_RANGE, UID_LEASES, LocalConfigError
 from tests.engines.test_local_compute import gone, read_all, request, wait_for, wait_terminal, worker, worker_dir
 
@@ -261,3 +262,21 @@ def test_a_lease_nobody_will_release_is_taken_back_when_the_range_is_full() -> N
     finally:
         stale.unlink(missing_ok=True)
         subprocess.run(["rm", "-rf", f"/var/tmp/hp-lease-{os.getpid()}"], check=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="handing a directory to another uid needs root")
+def test_a_checkpoint_directory_is_handed_over_without_following_what_a_task_planted(tmp_path: Path) -> None:
+    root_file = tmp_path / "server-secret"
+    root_file.write_text("secret")
+    ckpt = tmp_path / "ckpt-t-1" / "rank-0"
+    sandbox.adopt_checkpoint_dir(ckpt, 61001, 61001)  # first attempt: made, 0700, the attempt's uid
+    assert (ckpt.stat().st_uid, ckpt.stat().st_mode & 0o777) == (61001, 0o700)
+    assert (ckpt.parent.stat().st_uid, ckpt.parent.stat().st_mode & 0o777) == (0, 0o711)
+    (ckpt / "step").write_text("42")
+    os.chown(ckpt / "step", 61001, 61001)
+    (ckpt / "link").symlink_to(root_file)  # what a hostile task could leave behind
+    os.link(root_file, ckpt / "hard")
+    sandbox.adopt_checkpoint_dir(ckpt, 61002, 61002)  # the resumed attempt, under another dynamic uid
+    assert (ckpt / "step").stat().st_uid == 61002 and (ckpt / "step").read_text() == "42"
+    assert root_file.stat().st_uid == 0  # neither the symlink nor the hard link was followed
+    assert os.lstat(ckpt / "link").st_uid == 0

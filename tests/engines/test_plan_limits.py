@@ -32,3 +32,22 @@ def test_plan_lists_the_engines_unsupported_features_with_reasons(demo: TestClie
     render.plan_report(PlanResponse.model_validate(plan))
     text = out.export_text()
     assert "engine limits: fractional-devices: Slurm allocates whole GRES to one job" in text
+
+
+RAY_CLUSTER = [
+    {"kind": "Cluster", "name": "rl", "backend": "ray", "backend_config": {"address": "http://127.0.0.1:1", "sync": "off"}},
+    {"kind": "Node", "name": "r1", "cluster": "rl", "cpu_cores": 32, "memory_gb": 256, "devices": [{"model": "nvidia-t4", "count": 4}]},
+    {"kind": "Pool", "name": "rl-t4", "cluster": "rl", "model": "nvidia-t4", "nodes": ["r1"]},
+]
+
+
+def test_plan_says_when_the_engine_cannot_send_the_tasks_checkpoint_signal(demo: TestClient) -> None:
+    assert demo.post("/api/v1/apply", json={"documents": RAY_CLUSTER + SLURM_CLUSTER}).status_code == 200
+    usr1 = {**TASK, "checkpoint": {"signal": "SIGUSR1", "grace": "30s"}}
+    on_ray = demo.post("/api/v1/tasks/plan", json={**usr1, "any_of": ["rl-t4"]}).json()["backend"]
+    [gap] = on_ray["unsupported"]
+    assert gap["capability"] == "checkpoint-signal" and "RAY_JOB_STOP_SIGNAL" in gap["reason"] and "SIGUSR1" in gap["reason"]
+    sigterm = demo.post("/api/v1/tasks/plan", json={**TASK, "any_of": ["rl-t4"], "checkpoint": {"grace": "30s"}}).json()["backend"]
+    assert sigterm["unsupported"] == []  # SIGTERM is what Ray sends
+    on_slurm = demo.post("/api/v1/tasks/plan", json=usr1).json()["backend"]
+    assert on_slurm["kind"] == "slurm" and on_slurm["unsupported"] == []  # scancel --signal sends any of them

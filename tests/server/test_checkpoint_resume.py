@@ -150,3 +150,21 @@ def test_a_migration_rule_moves_a_checkpointed_task_to_the_faster_pool_once_it_i
         assert session.execute(select(TaskRow.preemptions).where(TaskRow.id == mover)).scalar_one() == 0  # a move is not a preemption
     demo.post(f"/api/v1/tasks/{mover}/cancel")
     drive_until(ctx, lambda: task_state(demo, mover) == "cancelled", 30)
+
+
+def test_a_template_may_declare_the_checkpoint_for_its_tasks(demo: TestClient) -> None:
+    template = {"kind": "TaskTemplate", "name": "ckpt-train", "type": "training", "defaults": {"checkpoint": {"signal": "SIGUSR1", "grace": "5m"}}}
+    assert demo.post("/api/v1/apply", json={"documents": [template]}).status_code == 200
+    inherited = _submit(demo, **A100_TASK, name="from-template", template="ckpt-train", command="true")
+    assert _task(demo, inherited)["checkpoint"] == {
+        "signal": "SIGUSR1",
+        "grace_s": 300.0,
+        "resume": True,
+        "resume_from": None,
+        "progress_s": 0.0,
+        "stop_signalled_at": None,
+    }
+    own = _submit(
+        demo, **A100_TASK, name="own", template="ckpt-train", checkpoint={"signal": "SIGTERM", "grace": "10s", "resume": False}, command="true"
+    )
+    assert _task(demo, own)["checkpoint"]["signal"] == "SIGTERM" and _task(demo, own)["checkpoint"]["resume"] is False
