@@ -13,9 +13,8 @@ lifecycle (scheduling, running the command, logs) is EMULATION; see its docstrin
 
 from __future__ import annotations
 
-import dataclasses
-
 import copy
+import dataclasses
 import re
 import time
 from collections.abc import Iterator

@@ -16,9 +16,8 @@ from pathlib import Path
 import pytest
 
 from hetpool.engines.base import JobHandle, JobPhase
-from hetpool.engines.local import LocalBackend
+from hetpool.engines.local import LocalBackend, sandbox
 from hetpool.engines.local import config as local_config
-from hetpool.engines.local import sandbox
 from hetpool.engines.local.config import DEFAULT_UID_RANGE, UID_LEASES, LocalConfigError
 from tests.engines.test_local_compute import gone, read_all, request, wait_for, wait_terminal, worker, worker_dir
 
