@@ -16,18 +16,7 @@ import time
 import pytest
 
 from tests.engines.test_engine_faults import RAY_ADDRESS, SLURM_CONF, _api, _submit, _tasks, _until, server  # noqa: F401 (fixture)
-
-STEPPER = """
-step=0
-if [ "${HETPOOL_RESUME:-}" = 1 ]; then
-  step=$(cat "$HETPOOL_CHECKPOINT_DIR/step")
-  echo "resumed from attempt $HETPOOL_RESUME_FROM_ATTEMPT at step $step"
-fi
-trap 'echo "$step" > "$HETPOOL_CHECKPOINT_DIR/step"; echo "checkpointed at step $step"; exit 0' SIGNAL
-echo "started at step $step"
-while [ "$step" -lt 100000 ]; do step=$((step + 1)); sleep 0.05; done
-echo "finished at step $step"
-"""
+from tests.server.test_checkpoint_resume import STEPPER, STEPPER_FOR
 
 ENGINES = {
     # engine: (pool, device class, devices in the pool, the signal the task asks for)
@@ -47,7 +36,7 @@ def test_a_preempted_task_resumes_from_its_checkpoint_on_a_real_engine(server, e
     api = _api(server)
     _until(f"the {engine} pool imported", lambda: api.get(f"/objects/pools/{pool}").status_code == 200, 30)
     checkpoint = {"signal": f"SIG{signal}", "grace": "30s"}
-    command = STEPPER.replace("SIGNAL", signal)
+    command = STEPPER_FOR.replace("SIGNAL", signal)
     victim_spec = _task("ai-lab/nlp/llm-sft", pool, device_class, count, priority="low", checkpoint=checkpoint, command=command)
     low = _submit(api, victim_spec, f"ckpt-{engine}")
     logs = lambda: api.get(f"/tasks/{low}/logs").json()["text"]  # noqa: E731
@@ -79,7 +68,7 @@ def test_a_migration_moves_a_checkpointed_slurm_job_to_the_faster_nodes(server) 
     assert api.post("/apply", json={"documents": [queue, policy]}).status_code == 200
     blocker = _submit(api, _task("ai-lab/nlp/llm-sft", "hpc-nvidia-h100", "gpu", 8, command="sleep 4"), "blocker")
     _until("the blocker running", lambda: _tasks(api, [blocker])[blocker]["state"] == "running", 90)
-    spec = _task("ai-lab/nlp/llm-sft", a100, "gpu", 4, checkpoint={"signal": "SIGUSR1", "grace": "30s"}, command=STEPPER.replace("SIGNAL", "USR1"))
+    spec = _task("ai-lab/nlp/llm-sft", a100, "gpu", 4, checkpoint={"signal": "SIGUSR1", "grace": "30s"}, command=STEPPER)
     spec |= {"any_of": [], "fallback": ["hpc-nvidia-h100", a100], "runtime_estimate": "10h"}
     mover = _submit(api, spec, "mover")
     logs = lambda: api.get(f"/tasks/{mover}/logs").json()["text"]  # noqa: E731

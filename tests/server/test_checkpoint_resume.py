@@ -28,16 +28,18 @@ A100_TASK = {
 # Counts steps; on its stop signal writes the step it reached and exits; a resumed attempt
 # starts from the step in its checkpoint. The checkpoint is written only on the signal, so
 # a resumed step above 0 proves the signal arrived and the directory outlived the attempt.
-STEPPER = """
+STEPPER_FOR = """
 step=0
 if [ "${HETPOOL_RESUME:-}" = 1 ]; then
   step=$(cat "$HETPOOL_CHECKPOINT_DIR/step")
   echo "resumed from attempt $HETPOOL_RESUME_FROM_ATTEMPT at step $step"
 fi
-trap 'echo "$step" > "$HETPOOL_CHECKPOINT_DIR/step"; echo "checkpointed at step $step"; exit 0' USR1
+trap 'echo "$step" > "$HETPOOL_CHECKPOINT_DIR/step"; echo "checkpointed at step $step"; exit 0' SIGNAL
+echo "started at step $step"
 while [ "$step" -lt 100000 ]; do step=$((step + 1)); sleep 0.05; done
 echo "finished at step $step"
 """
+STEPPER = STEPPER_FOR.replace("SIGNAL", "USR1")
 
 
 def _submit(api: TestClient, **fields) -> str:
