@@ -94,7 +94,8 @@ def test_cors_is_closed_by_default_and_open_only_to_configured_origins(ctx: Serv
 
 
 def test_each_token_has_its_own_rate_limit_with_retry_after(ctx: ServiceContext, admin_token: str) -> None:
-    api = _app(ctx, admin_token, rate_limit_per_s=0.5, rate_limit_burst=3)
+    # A slow refill (one token per 100 s): on a busy machine four requests may take seconds.
+    api = _app(ctx, admin_token, rate_limit_per_s=0.01, rate_limit_burst=3)
     answers = [api.get("/api/v1/whoami").status_code for _ in range(4)]
     assert answers == [200, 200, 200, 429]
     limited = api.get("/api/v1/whoami")

@@ -19,6 +19,7 @@ from functools import cached_property
 from pydantic import Field, field_validator
 
 from hetpool.core.base import SpecModel
+from hetpool.core.limits import bounded
 from hetpool.core.units import parse_duration
 
 MIN_GRACE_S = 1.0
@@ -38,7 +39,9 @@ class StopSignal(StrEnum):
 
 class CheckpointSpec(SpecModel):
     signal: StopSignal = Field(default=StopSignal.SIGTERM, description="sent to the task's processes first: SIGTERM, SIGUSR1, SIGUSR2 or SIGINT")
-    grace: str | int | float = Field(default=DEFAULT_GRACE, description="time to checkpoint and exit after the signal: '120s', '5m'; 1s to 1h")
+    grace: str | bounded(
+        MIN_GRACE_S, le=MAX_GRACE_S
+    ) = Field(default=DEFAULT_GRACE, description="time to checkpoint and exit after the signal: '120s', '5m'; 1s to 1h")
     resume: bool = Field(default=True, description="requeue a stopped task as a resume (HETPOOL_RESUME=1), its progress kept")
 
     @field_validator("signal", mode="before")
@@ -52,7 +55,7 @@ class CheckpointSpec(SpecModel):
 
     @field_validator("grace")
     @classmethod
-    def _grace(cls, value: str | int | float) -> str | int | float:
+    def _grace(cls, value: str | float) -> str | float:
         seconds = parse_duration(value, max_s=MAX_GRACE_S)
         if seconds < MIN_GRACE_S:
             raise ValueError(f"grace {value!r} is shorter than {MIN_GRACE_S:g} s; allowed: 1s to 1h")

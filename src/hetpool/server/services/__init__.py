@@ -16,7 +16,8 @@ both rules against this list.
   placement    task_planning (spec resolution, placement, engine fit), sched_state
                (running work, learned runtimes), cluster_state (the one per-process
                cache: inventory, idle and live snapshots, admission verdicts), queue_cache
-               (the queued tasks, re-read only where they moved)
+               (the queued tasks, re-read only where they moved), checkpoints (graceful
+               stops, resumes, progress; migration rounds)
   governance   quota, approvals, cycle_inputs (what a cycle reads: for the scheduler
                and for plan, which runs the same cycle with the planned task added)
   tasks        deadlines (a task's deadline at risk or not: the API, /metrics, the

@@ -13,6 +13,7 @@ scheduler counts only the rest: scheduling.estimate.with_progress).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from sqlalchemy import select
@@ -90,3 +91,15 @@ def record_signalled(ctx: ServiceContext, task_id: str, attempt: int, checkpoint
         row.message = f"stopping for a checkpoint: {checkpoint.signal.value} sent, killed after {checkpoint.grace_s:g} s if still running"
         after = {"signal": checkpoint.signal.value, "grace_s": checkpoint.grace_s, "attempt": attempt}
         audit.record(session, actor="reconciler", action="task.stop_signalled", object_kind="Task", object_id=task_id, after=after, ts=now)
+
+
+@dataclass
+class MigrationRounds:
+    """This process's round clock and what the last cycle reserved (nodes held for heads)."""
+
+    last_round: datetime | None = None
+    reserved_nodes: frozenset[str] = field(default_factory=frozenset)
+
+
+def rounds(ctx: ServiceContext) -> MigrationRounds:
+    return ctx.process_state("migration_rounds", MigrationRounds)

@@ -14,7 +14,7 @@ from hetpool.core.states import TaskState, check_transition
 from hetpool.governance.access import preemption_notice
 from hetpool.scheduling.migration import MOVE_REASON_PREFIX
 from hetpool.server.db.models import TaskRow
-from hetpool.server.services import audit, checkpoints
+from hetpool.server.services import audit
 from hetpool.server.services.context import ServiceContext
 
 # The scheduler decides preemptions; the reconciler completes those of running jobs on
@@ -110,10 +110,11 @@ def request_preemption(ctx: ServiceContext, session: Session, victim_id: str, pr
         )
 
 
-def preempt_now(ctx: ServiceContext, session: Session, victim: TaskRow, message: str) -> None:
-    """Record the preemption and put the task back in its queue (keeping its age); a task
-    stopped for a checkpoint goes back as a resume (services/checkpoints.py)."""
-    resume = checkpoints.resume_fields(ctx, session, victim)
+def preempt_now(ctx: ServiceContext, session: Session, victim: TaskRow, message: str, resume: dict | None = None) -> None:
+    """Record the preemption and put the task back in its queue (keeping its age). `resume`:
+    for a task stopped for a checkpoint, what it leaves to its next attempt
+    (checkpoints.resume_fields, computed by the reconciler that stopped it)."""
+    resume = {"stop_signalled_at": None, **(resume or {})}
     if resume.get("resume_from") is not None:
         message = f"{message}; resumes from attempt {resume['resume_from']}'s checkpoint"
     counted = 0 if message.startswith(MOVE_REASON_PREFIX) else 1  # a move to faster devices is not held against the task

@@ -13,8 +13,6 @@ the faster devices it was moved for are free. A move does not count against the 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
-from datetime import datetime
 
 from sqlalchemy import select
 
@@ -25,6 +23,7 @@ from hetpool.scheduling.migration import Move, plan_moves
 from hetpool.scheduling.queueing import route
 from hetpool.server.db.models import TaskRow
 from hetpool.server.services import audit, task_lifecycle
+from hetpool.server.services.checkpoints import rounds
 from hetpool.server.services.cluster_state import read_inventory
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.cycle_inputs import load_cycle
@@ -33,18 +32,6 @@ from hetpool.server.services.wakeups import wake
 
 log = logging.getLogger(__name__)
 ACTOR = "scheduler"
-
-
-@dataclass
-class MigrationRounds:
-    """This process's round clock and what the last cycle reserved (nodes held for heads)."""
-
-    last_round: datetime | None = None
-    reserved_nodes: frozenset[str] = field(default_factory=frozenset)
-
-
-def rounds(ctx: ServiceContext) -> MigrationRounds:
-    return ctx.process_state("migration_rounds", MigrationRounds)
 
 
 def migrate_once(ctx: ServiceContext) -> int:

@@ -139,7 +139,7 @@ def _apply(ctx: ServiceContext, session, task_id: str, attempt: int, status: Job
     preempting = bool(row.preempt_reason) and not row.cancel_requested
     # A job asked to stop for a checkpoint has been preempted however it ended (it may exit 0).
     if preempting and (status.phase == JobPhase.CANCELLED or (row.stop_signalled_at is not None and status.phase.terminal)):
-        task_lifecycle.preempt_now(ctx, session, row, row.preempt_reason)
+        task_lifecycle.preempt_now(ctx, session, row, row.preempt_reason, checkpoints.resume_fields(ctx, session, row))
         return 1
     if cancel_requested and not preempting and status.phase.terminal:
         # A reclaim (stop) set the reason as the message; keep it rather than the generic one.

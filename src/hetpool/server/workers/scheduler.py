@@ -23,11 +23,11 @@ from hetpool.server.db.models import PlacementRow, TaskRow
 from hetpool.server.db.models_idempotency import SchedulerEpochRow
 from hetpool.server.leader import check_fence, current_fence
 from hetpool.server.services import task_lifecycle
+from hetpool.server.services.checkpoints import rounds
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.cycle_inputs import load_cycle, set_aside_message
 from hetpool.server.services.queue_cache import queue_cache
 from hetpool.server.services.wakeups import wake
-from hetpool.server.workers.migration import rounds
 
 ACTOR = "scheduler"
 log = logging.getLogger(__name__)
