@@ -133,12 +133,14 @@ def shape(tasks: list[TraceTask], args: argparse.Namespace, typical: dict[str, f
 
 
 def queues_of(args: argparse.Namespace) -> list[QueueSpec]:
-    """One queue for the whole trace; with --migration, its rule moves checkpointed jobs
-    to faster devices at Gavel's round length."""
-    if not args.migration:
+    """One queue for the whole trace, ordered by `--ordering`; with --migration, its rule
+    moves checkpointed jobs to faster devices at Gavel's round length."""
+    rule = None
+    if args.migration:
+        rule = MigrationRule(round=f"{args.round_s:g}s", overhead=f"{args.migration_overhead:g}s", min_gain=args.min_gain)
+    if rule is None and args.ordering == "priority-fairshare":
         return []
-    rule = MigrationRule(round=f"{args.round_s:g}s", overhead=f"{args.migration_overhead:g}s", min_gain=args.min_gain)
-    return [QueueSpec(name="gavel", migration=rule)]
+    return [QueueSpec(name="gavel", ordering=args.ordering, migration=rule)]
 
 
 def policy_of(args: argparse.Namespace) -> SchedulingPolicySpec:
@@ -259,9 +261,10 @@ def parser() -> argparse.ArgumentParser:
         default=[3.0, 6.0],  # chosen on the tuning trace (bench/gavel_tune.py), not on the four compared
         help="hour limits for priority buckets (critical, high, normal, low)",
     )
+    ap.add_argument("--ordering", choices=["priority-fairshare", "shortest-first", "fifo"], default="shortest-first", help="the queue's ordering (chosen on the tuning trace)")
     ap.add_argument("--sjf-by", choices=["hours", "device-hours"], default="hours")
     ap.add_argument("--longest-first", action="store_true", help="reverse the buckets: longest jobs get the highest priority")
-    ap.add_argument("--aging", type=float, default=0.5)
+    ap.add_argument("--aging", type=float, default=2.0, help="chosen on the tuning trace (bench/gavel_tune.py)")
     ap.add_argument("--preemption", action=argparse.BooleanOptionalAction, default=False)
     ap.add_argument("--wait-for-preferred", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--no-backfill", action="store_true")

@@ -1,8 +1,8 @@
 """Choose gavel_compare's operator settings on a trace the comparison does not use.
 
 The four traces of the comparison (gavel_compare.TRACES) must not pick the settings they
-are judged with. This script grids the few settings an operator would set — SJF priority
-buckets from the runtime estimate, aging, preemption, the migration rule's minimum gain —
+are judged with. This script grids the few settings an operator would set — the queue's
+ordering (priority-fairshare or shortest-first), SJF priority buckets from the runtime estimate, aging, preemption, the migration rule's minimum gain —
 on Gavel's `minimize_makespan` trace (the fifth trace shipped with Gavel, absent from
 GAVEL_RESULTS.tsv), with `--estimates noisy` over three seeds, and picks the setting with
 the lowest mean average JCT among those whose mean makespan is within 5 % of the grid's
@@ -23,6 +23,7 @@ from pathlib import Path
 HERE = Path(__file__).parent
 TUNING_TRACE = "minimize_makespan"
 GRID = {
+    "ordering": ["priority-fairshare", "shortest-first"],
     "sjf": ["", "1.5,3", "3,6", "1,2,4"],
     "aging": [0.5, 2.0],
     "preemption": [False, True],
@@ -46,13 +47,14 @@ def main(argv: list[str] | None = None) -> int:
     gc = _compare()
     seeds = [int(s) for s in args.seeds.split(",")]
     rows = []
-    for sjf, aging, preemption, min_gain in itertools.product(*GRID.values()):
+    for ordering, sjf, aging, preemption, min_gain in itertools.product(*GRID.values()):
         runs = []
         for seed in seeds:
             flags = ["--trace", TUNING_TRACE, "--estimates", args.estimates, "--seed", str(seed), "--aging", str(aging), "--min-gain", str(min_gain)]
-            flags += ["--sjf", sjf, "--preemption" if preemption else "--no-preemption", "--results", "/tmp/hetpool-gavel-tune"]
+            flags += ["--ordering", ordering, "--sjf", sjf, "--preemption" if preemption else "--no-preemption", "--results", "/tmp/hetpool-gavel-tune"]
             runs.append(gc.run_trace(gc.resolve(TUNING_TRACE), gc.parse_args(flags)))
         row = {
+            "ordering": ordering,
             "sjf": sjf,
             "aging": aging,
             "preemption": preemption,

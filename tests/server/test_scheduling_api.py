@@ -176,3 +176,23 @@ def test_plan_names_the_backend_and_what_it_cannot_do(demo: TestClient) -> None:
     assert plan["feasible"] and plan["backend"]["kind"] == "slurm"
     [gap] = plan["backend"]["unsupported"]
     assert gap["capability"] == "fractional-devices" and "slice of a device" in gap["reason"]
+
+
+def test_a_shortest_first_queue_runs_the_shorter_estimate_first(ctx: ServiceContext, demo: TestClient) -> None:
+    queue = {"kind": "Queue", "name": "sjf", "task_types": ["training"], "pools": ["bj-h800"], "ordering": "shortest-first"}
+    bad = demo.post("/api/v1/apply", json={"documents": [{**queue, "ordering": "shortest"}]})
+    assert bad.status_code == 422 and "ordering" in bad.text and "shortest-first" in bad.text
+    assert demo.post("/api/v1/apply", json={"documents": [queue]}).status_code == 200
+    h800 = {**A100_TASK, "per_worker": {**A100_TASK["per_worker"], "devices": {"class": "gpu", "models": ["nvidia-h800"], "count": 8}}}
+    blocker = submit(demo, **h800, name="blocker", runtime_estimate="1h", command="sleep 60")
+    drive_until(ctx, lambda: task_state(demo, blocker) == "running")
+    long = submit(demo, **h800, name="long", runtime_estimate="5h", command="sleep 60")
+    short = submit(demo, **h800, name="short", runtime_estimate="10m", command="sleep 60")
+    plan = demo.post("/api/v1/tasks/plan", json={**h800, "name": "medium", "runtime_estimate": "1h", "command": "true"}).json()
+    assert plan["queue_position"] == 2  # behind the 10-minute task, ahead of the 5-hour one (submitted first)
+    demo.post(f"/api/v1/tasks/{blocker}/cancel")
+    drive_until(ctx, lambda: task_state(demo, short) == "running", timeout_s=30)
+    assert task_state(demo, long) == "queued"
+    for task_id in (short, long):
+        demo.post(f"/api/v1/tasks/{task_id}/cancel")
+    drive_until(ctx, lambda: task_state(demo, long) == "cancelled" and task_state(demo, short) == "cancelled")

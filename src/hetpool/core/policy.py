@@ -48,9 +48,12 @@ class QueueSpec(ObjectSpec):
     task_types: list[TaskType] = Field(default=[], description="task types routed here; empty: any")
     templates: list[Name] = Field(default=[], description="templates routed here; empty: any")
     pools: list[Name] = Field(default=[], description="pools or device models this queue may use; empty: all")
-    ordering: Literal["priority-fairshare", "fifo"] = Field(
+    ordering: Literal["priority-fairshare", "shortest-first", "fifo"] = Field(
         default="priority-fairshare",
-        description="priority-fairshare: priority class, then tenant fair share, then age; fifo: strict arrival order",
+        description=(
+            "priority-fairshare: priority class, then tenant fair share, then age; shortest-first: the same, but each tenant's"
+            " own tasks smallest estimated remaining work (runtime × devices) first (no estimate: last, by age); fifo: strict arrival order"
+        ),
     )
     order: int = Field(default=100, ge=-MAX_QUEUE_ORDER, le=MAX_QUEUE_ORDER, description="routing precedence: lower is tried first")
     migration: MigrationRule | None = Field(default=None, description="move checkpointable tasks to faster devices as they free up")

@@ -261,7 +261,7 @@ def open_cycle(cx: CycleInputs, queue: list[QueuedTask], queues: list[QueueSpec]
         rank = effective_rank(base, item.queued_at, now, aging) if aging and base < MAX_RANK else base
         rows.append((q, item.queued_at, item.id, rank, spec.tenant, item))
     blame.task_id = None
-    order = QueueOrder.of(rows, fair)
+    order = QueueOrder.of(rows, fair, now)
     st = CycleState(
         working=snapshot.copy(),
         fair=fair,

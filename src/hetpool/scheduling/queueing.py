@@ -7,6 +7,11 @@ smallest weighted dominant share (devices normalised by relative performance, so
 H800-hour counts for more than a T4-hour), then to the oldest task. Shares are updated
 as tasks are admitted within the cycle, so one tenant cannot take a whole cycle.
 Aging raises a waiting task's priority a little per hour, so nothing starves.
+
+A `shortest-first` queue orders each tenant's own line by estimated remaining work
+(runtime × devices, smallest first) instead of age. Only a tenant's own tasks are reordered: tenants still
+take turns by fair share, so a tenant that understates its estimates jumps only its own
+queue, never another tenant's.
 """
 
 from __future__ import annotations
@@ -105,6 +110,29 @@ class _Entry:
     item: object = field(compare=False)
 
 
+def _shortest_first(entry: _Entry, now: datetime | None) -> tuple:
+    """A shortest-first line's order: the smallest estimated remaining work first, tasks
+    without an estimate last (oldest first).
+
+    Work is the runtime estimate on the reference device (progress of earlier attempts
+    taken off) × the devices held (gang workers × devices each), as Smith's rule orders
+    jobs of unequal width. It counts less the longer the task has waited, relative to its
+    own runtime: after waiting k runtimes, 1/(k+1)² of it (the response ratio of HRRN,
+    squared). So a long, wide task is never starved by a stream of short ones: it leads its
+    line once it has waited E·(√(W/w) − 1) for its estimate E, its work W and the smallest
+    work w arriving — aging alone would not do, since every waiter reaches the top class
+    and then the size decides again.
+    """
+    spec = getattr(entry.item, "spec", None)
+    estimate = None if spec is None else spec.runtime_estimate_s
+    if estimate is None:
+        return (True, 0.0, entry.queued_at, entry.id)
+    devices = spec.per_worker.devices
+    work = estimate * spec.workers * (devices.count if devices is not None else 1)
+    waited = max((now - entry.queued_at).total_seconds(), 0.0) if now is not None else 0.0
+    return (False, work / (1.0 + waited / max(estimate, 1.0)) ** 2, entry.queued_at, entry.id)
+
+
 class QueueOrder:
     """Hands out the next task to try. `block(queue)` stops a FIFO queue for the cycle.
 
@@ -118,13 +146,13 @@ class QueueOrder:
         self._fill([(queue_of(item), item.queued_at, item.id, rank_of(item), tenant_of(item), item) for item in items], fair)
 
     @classmethod
-    def of(cls, rows: list[tuple], fair: FairShare) -> QueueOrder:
+    def of(cls, rows: list[tuple], fair: FairShare, now: datetime | None = None) -> QueueOrder:
         """From (queue, queued_at, id, rank, tenant, item) rows, as open_cycle builds them in one pass."""
         order = cls.__new__(cls)
-        order._fill(rows, fair)
+        order._fill(rows, fair, now)
         return order
 
-    def _fill(self, rows: list[tuple], fair: FairShare) -> None:
+    def _fill(self, rows: list[tuple], fair: FairShare, now: datetime | None = None) -> None:
         self.fair = fair
         self.queues: dict[str, QueueSpec] = {}
         # queue name → level → tenant → tasks in age order
@@ -145,8 +173,11 @@ class QueueOrder:
                 self.lines[queue.name][entry.rank][entry.tenant].append(entry)
                 self.where[entry.id] = (queue.name, entry.rank, entry.tenant, entry)
         for name, levels in self.lines.items():
+            shortest_first = self.queues[name].ordering == "shortest-first"
             for level, tenants in levels.items():
-                for tenant in tenants:
+                for tenant, line in tenants.items():
+                    if shortest_first:
+                        tenants[tenant] = deque(sorted(line, key=lambda e: _shortest_first(e, now)))
                     self._push(name, level, tenant)
         self.levels = {name: sorted(levels, reverse=True) for name, levels in self.lines.items()}
 
