@@ -264,7 +264,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--ordering", choices=["priority-fairshare", "shortest-first", "fifo"], default="shortest-first", help="the queue's ordering (chosen on the tuning trace)")
     ap.add_argument("--sjf-by", choices=["hours", "device-hours"], default="hours")
     ap.add_argument("--longest-first", action="store_true", help="reverse the buckets: longest jobs get the highest priority")
-    ap.add_argument("--aging", type=float, default=2.0, help="chosen on the tuning trace (bench/gavel_tune.py)")
+    ap.add_argument("--aging", type=float, default=0.5, help="chosen on the tuning trace (bench/gavel_tune.py)")
     ap.add_argument("--preemption", action=argparse.BooleanOptionalAction, default=False)
     ap.add_argument("--wait-for-preferred", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--no-backfill", action="store_true")
@@ -277,7 +277,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--migration", action=argparse.BooleanOptionalAction, default=True, help="move checkpointed jobs to faster idle devices")
     ap.add_argument("--round-s", type=float, default=360.0, help="migration round (Gavel's: 360 s)")
     ap.add_argument("--migration-overhead", type=float, default=60.0)
-    ap.add_argument("--min-gain", type=float, default=0.05, help="chosen on the tuning trace (bench/gavel_tune.py)")
+    ap.add_argument("--min-gain", type=float, default=0.2, help="chosen on the tuning trace (bench/gavel_tune.py)")
     return ap
 
 

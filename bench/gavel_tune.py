@@ -2,8 +2,8 @@
 
 The four traces of the comparison (gavel_compare.TRACES) must not pick the settings they
 are judged with. This script grids the few settings an operator would set — the queue's
-ordering (priority-fairshare or shortest-first), SJF priority buckets from the runtime estimate, aging, preemption, the migration rule's minimum gain —
-on Gavel's `minimize_makespan` trace (the fifth trace shipped with Gavel, absent from
+ordering (priority-fairshare or shortest-first), SJF priority buckets from the runtime
+estimate, aging, preemption, the migration rule's minimum gain — on Gavel's `minimize_makespan` trace (the fifth trace shipped with Gavel, absent from
 GAVEL_RESULTS.tsv), with `--estimates noisy` over three seeds, and picks the setting with
 the lowest mean average JCT among those whose mean makespan is within 5 % of the grid's
 best makespan. It prints the grid and saves it to bench/results/gavel_tuning.json.
@@ -38,6 +38,29 @@ def _compare():
     return module
 
 
+def evaluate(gc, settings: dict, seeds: list[int], estimates: str) -> dict:
+    """Mean average JCT and makespan of one setting over the seeds, on the tuning trace."""
+    runs = []
+    for seed in seeds:
+        flags = ["--trace", TUNING_TRACE, "--estimates", estimates, "--seed", str(seed), "--results", "/tmp/hetpool-gavel-tune"]
+        flags += ["--ordering", settings["ordering"], "--sjf", settings["sjf"], "--aging", str(settings["aging"])]
+        flags += ["--preemption" if settings["preemption"] else "--no-preemption", "--min-gain", str(settings["min_gain"])]
+        flags += ["--advantage", str(settings.get("advantage", 0.0))]
+        runs.append(gc.run_trace(gc.resolve(TUNING_TRACE), gc.parse_args(flags)))
+    row = dict(settings)
+    row["avg_jct_hours"] = round(statistics.mean(r["avg_jct_hours"] for r in runs), 3)
+    row["makespan_hours"] = round(statistics.mean(r["makespan_hours"] for r in runs), 3)
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def choose(rows: list[dict]) -> dict:
+    """The lowest mean average JCT among rows whose makespan is within 5 % of the best."""
+    best_makespan = min(r["makespan_hours"] for r in rows)
+    eligible = [r for r in rows if r["makespan_hours"] <= 1.05 * best_makespan]
+    return min(eligible, key=lambda r: (r["avg_jct_hours"], r["makespan_hours"]))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", default="0,1,2")
@@ -46,27 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     gc = _compare()
     seeds = [int(s) for s in args.seeds.split(",")]
-    rows = []
-    for ordering, sjf, aging, preemption, min_gain in itertools.product(*GRID.values()):
-        runs = []
-        for seed in seeds:
-            flags = ["--trace", TUNING_TRACE, "--estimates", args.estimates, "--seed", str(seed), "--aging", str(aging), "--min-gain", str(min_gain)]
-            flags += ["--ordering", ordering, "--sjf", sjf, "--preemption" if preemption else "--no-preemption", "--results", "/tmp/hetpool-gavel-tune"]
-            runs.append(gc.run_trace(gc.resolve(TUNING_TRACE), gc.parse_args(flags)))
-        row = {
-            "ordering": ordering,
-            "sjf": sjf,
-            "aging": aging,
-            "preemption": preemption,
-            "min_gain": min_gain,
-            "avg_jct_hours": round(statistics.mean(r["avg_jct_hours"] for r in runs), 3),
-            "makespan_hours": round(statistics.mean(r["makespan_hours"] for r in runs), 3),
-        }
-        rows.append(row)
-        print(json.dumps(row), flush=True)
-    best_makespan = min(r["makespan_hours"] for r in rows)
-    eligible = [r for r in rows if r["makespan_hours"] <= 1.05 * best_makespan]
-    chosen = min(eligible, key=lambda r: (r["avg_jct_hours"], r["makespan_hours"]))
+    rows = [evaluate(gc, dict(zip(GRID, values, strict=True)) | {"advantage": 0.0}, seeds, args.estimates) for values in itertools.product(*GRID.values())]
+    chosen = choose(rows)
     args.results.mkdir(parents=True, exist_ok=True)
     out = {"trace": TUNING_TRACE, "estimates": args.estimates, "seeds": seeds, "grid": rows, "chosen": chosen}
     (args.results / "gavel_tuning.json").write_text(json.dumps(out, indent=2) + "\n")
