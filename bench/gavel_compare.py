@@ -258,7 +258,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--sjf",
         type=lambda s: [float(x) for x in s.split(",") if x],
-        default=[3.0, 6.0],  # chosen on the tuning trace (bench/gavel_tune.py), not on the four compared
+        default=[],  # none: chosen on the tuning trace (bench/gavel_tune.py), not on the four compared
         help="hour limits for priority buckets (critical, high, normal, low)",
     )
     ap.add_argument("--ordering", choices=["priority-fairshare", "shortest-first", "fifo"], default="shortest-first", help="the queue's ordering (chosen on the tuning trace)")
@@ -277,7 +277,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--migration", action=argparse.BooleanOptionalAction, default=True, help="move checkpointed jobs to faster idle devices")
     ap.add_argument("--round-s", type=float, default=360.0, help="migration round (Gavel's: 360 s)")
     ap.add_argument("--migration-overhead", type=float, default=60.0)
-    ap.add_argument("--min-gain", type=float, default=0.2, help="chosen on the tuning trace (bench/gavel_tune.py)")
+    ap.add_argument("--min-gain", type=float, default=0.05, help="chosen on the tuning trace (bench/gavel_tune.py)")
     return ap
 
 

@@ -196,3 +196,34 @@ def test_a_shortest_first_queue_runs_the_shorter_estimate_first(ctx: ServiceCont
     for task_id in (short, long):
         demo.post(f"/api/v1/tasks/{task_id}/cancel")
     drive_until(ctx, lambda: task_state(demo, long) == "cancelled" and task_state(demo, short) == "cancelled")
+
+
+def test_backfilled_work_that_overruns_its_estimate_gives_way_to_the_head(ctx: ServiceContext, demo: TestClient) -> None:
+    """The backfill bound end to end: a 10-minute estimate lets work onto the node a waiting
+    gang has reserved; it overruns, and once the gang could otherwise start and the overrun
+    passes the allowance (5 min by default), the work is preempted for it (requeued)
+    instead of delaying it for as long as it runs."""
+    bad = demo.post("/api/v1/apply", json={"documents": [{"kind": "SchedulingPolicy", "name": "default", "backfill_overrun_allowance": "soon"}]})
+    assert bad.status_code == 422 and "backfill_overrun_allowance" in bad.text
+    holder = submit(demo, **A100_TASK, name="holder", runtime_estimate="1h", command="sleep 120")
+    drive_until(ctx, lambda: task_state(demo, holder) == "running")
+    head = submit(demo, **A100_TASK, name="gang", workers=2, runtime_estimate="1h", command="sleep 120")
+    drive_until(ctx, lambda: (demo.get(f"/api/v1/tasks/{head}").json().get("pending") or {}).get("reason") == "holds_reservation")
+    ctx.clock.advance(60)
+    late = submit(demo, **A100_TASK, name="late", runtime_estimate="10m", command="sleep 120")
+    drive_until(ctx, lambda: task_state(demo, late) == "running")
+    ctx.clock.advance(12 * 60)  # 2 minutes past its estimate: within the allowance
+    demo.post(f"/api/v1/tasks/{holder}/cancel")
+    drive_until(ctx, lambda: task_state(demo, holder) == "cancelled")
+    for _ in range(3):
+        drive_until(ctx, lambda: True)
+    assert task_state(demo, head) == "queued" and task_state(demo, late) == "running"
+    ctx.clock.advance(5 * 60)  # 7 minutes past it
+    drive_until(ctx, lambda: task_state(demo, head) == "running", timeout_s=40)
+    victim = demo.get(f"/api/v1/tasks/{late}").json()
+    assert "task.preempted" in events(demo, late)
+    messages = " ".join((e.get("after") or {}).get("message", "") or "" for e in victim["events"])
+    assert "overran its runtime estimate" in messages and head in messages
+    for task_id in (head, late):
+        demo.post(f"/api/v1/tasks/{task_id}/cancel")
+    drive_until(ctx, lambda: all(task_state(demo, t) == "cancelled" for t in (head, late)), timeout_s=30)

@@ -88,9 +88,23 @@ class SchedulingPolicySpec(ObjectSpec):
         default=True,
         description="pass over waiting heads until something they could use changes (see docs/scheduling.md, parking)",
     )
+    evict_overrunning_backfill: bool = Field(
+        default=True,
+        description=(
+            "work that started while a head waited and has overrun its own estimate by the allowance gives way to the head it"
+            " delays (requeued, resumed from its checkpoint if it has one): the bound on how long backfill can delay a head"
+        ),
+    )
+    backfill_overrun_allowance: Duration = Field(
+        default="5m", description="how far past its estimate such work may run first (at least; or 10 % of its estimate if more)"
+    )
     max_preemptions: int = Field(
         default=3, ge=0, le=1000, description="a task preempted this often is not evicted again (no starvation by preemption)"
     )
+
+    @cached_property
+    def backfill_overrun_allowance_s(self) -> float:
+        return parse_duration(self.backfill_overrun_allowance)
 
     def rule(self, device_class: DeviceClass | None) -> ClassRule:
         # The shared default, not a new model per call: asked once per task per cycle.

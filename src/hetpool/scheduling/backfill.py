@@ -120,9 +120,11 @@ def reserve(
 def may_use_reserved(task: TaskSpec, reservation: Reservation, now: datetime, models: dict[str, DeviceModelSpec]) -> bool:
     """A backfill candidate may use reserved nodes only if it ends before the reserved start.
 
-    Its runtime is taken on the slowest device it could get, to stay on the safe side.
+    Its runtime is taken on the slowest device it could get, to stay on the safe side. It
+    must be preemptible: should its estimate prove wrong, it gives way to the head once it
+    has overrun it (cycle_preempt.plan_overrun_eviction, the backfill bound).
     """
-    if reservation.start_at is None or task.runtime_estimate_s is None:
+    if reservation.start_at is None or task.runtime_estimate_s is None or not task.preemptible:
         return False
     demand = task.per_worker.devices
     named = [models[m] for m in (task.candidates or (demand.models if demand else [])) if m in models]

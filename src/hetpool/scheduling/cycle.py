@@ -39,7 +39,7 @@ from hetpool.core.policy import QueueSpec, SchedulingPolicySpec
 from hetpool.core.tasks import TaskSpec
 from hetpool.scheduling.assign import Assignment, assign
 from hetpool.scheduling.backfill import PreferredWait, Reservation, may_use_reserved, prefer_waiting, preferred_only, reserve
-from hetpool.scheduling.cycle_preempt import fits_after_release, plan_preemption
+from hetpool.scheduling.cycle_preempt import OVERRUN_PREFIX, fits_after_release, plan_overrun_eviction, plan_preemption
 from hetpool.scheduling.cycle_state import (
     Blame,
     Candidate,
@@ -59,6 +59,7 @@ from hetpool.scheduling.explain import (
     UNKNOWN_START_TEXT,
     VICTIMS_BORROWING_TEXT,
     VICTIMS_LOWER_PRIORITY_TEXT,
+    VICTIMS_OVERRUN_TEXT,
     Explanation,
     Reason,
     from_assignment,
@@ -506,9 +507,12 @@ def leave_waiting(cx: CycleInputs, st: CycleState, cand: Candidate, result: Assi
         outcome = plan_preemption(cx, st, cand, fits_idle)
         if st.preemption_deferred > deferred:
             st.no_park.add(item.id)  # its preemption was not planned: decide it again next cycle
+        if not outcome.victims and not outcome.quota_block:
+            outcome = plan_overrun_eviction(cx, st, cand)
         if outcome.victims:
             decision.victims, decision.preemption_reason = outcome.victims, outcome.reason
             kind = VICTIMS_BORROWING_TEXT if outcome.reclaims else VICTIMS_LOWER_PRIORITY_TEXT
+            kind = VICTIMS_OVERRUN_TEXT if outcome.reason.startswith(OVERRUN_PREFIX) else kind
             facts = {"victim_count": len(outcome.victims), "victim_kind": kind, "preempting": list(outcome.victims)}
             decision.explanation = _retold(decision.explanation, Reason.PREEMPTING, **facts)
             return

@@ -6,11 +6,21 @@ when it frees something (an empty plan is never a preemption: a task that would 
 fit but for another task's reservation is *blocked*, see cycle.py) and when the quota book
 agrees that, with the victims gone, the task would be admitted without taking other
 tenants' guaranteed quota.
+
+**The backfill bound.** Backfill lets later work run ahead of a waiting head on the
+strength of its runtime estimate; an estimate can be wrong. Work that started after the
+head began waiting, at no higher priority, and has overrun its own estimate by more than
+`overrun_allowance` gives way to the head when that lets the head start
+(`plan_overrun_eviction`): so no head waits longer than that allowance (plus the work's
+checkpoint grace and a cycle) for work that got ahead of it by its estimate — as Slurm's
+backfill relies on time limits it enforces. Work without an estimate never ran ahead on
+reserved nodes (backfill.may_use_reserved), so it is not subject to this.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from hetpool.core.policy import SchedulingPolicySpec
 from hetpool.scheduling.assign import assign
@@ -18,7 +28,7 @@ from hetpool.scheduling.backfill import release_running
 from hetpool.scheduling.cycle_state import Candidate, CycleInputs, CycleState, held_by
 from hetpool.scheduling.preempt import PreemptionPlan, find_victims
 from hetpool.scheduling.quota_view import QuotaLedger
-from hetpool.scheduling.running import RunningTask
+from hetpool.scheduling.running import BASIS_ESTIMATE, RunningTask
 from hetpool.scheduling.snapshot import Snapshot
 
 RECLAIM_PREFIX = "quota reclaimed"  # how preempt.find_victims starts the reason of a reclaim
@@ -39,6 +49,12 @@ class PreemptionOutcome:
 
 
 NO_PREEMPTION = PreemptionOutcome([])
+
+# How far past its own estimate work that got ahead of a waiting head may run before it
+# gives way (the backfill bound): at least the policy's backfill_overrun_allowance, or this
+# share of its estimated runtime (ten minutes late on a four-hour job is not yet an overrun).
+OVERRUN_ALLOWANCE_SHARE = 0.1
+OVERRUN_PREFIX = "overran its runtime estimate"  # how the victims' reason begins
 
 
 def plan_preemption(cx: CycleInputs, st: CycleState, cand: Candidate, fits_idle: bool) -> PreemptionOutcome:
@@ -72,6 +88,56 @@ def plan_preemption(cx: CycleInputs, st: CycleState, cand: Candidate, fits_idle:
         plan = retry
     st.evict(plan.victims)
     return PreemptionOutcome([v.id for v in plan.victims], plan.reason)
+
+
+def overrun_allowance(r: RunningTask, least_s: float) -> float:
+    """Seconds `r` may run past the end its own estimate gave before it gives way."""
+    estimated = (r.revised_from - r.started_at).total_seconds() if r.revised_from else 0.0
+    return max(least_s, OVERRUN_ALLOWANCE_SHARE * max(estimated, 0.0))
+
+
+def overran(running: list[RunningTask], now: datetime, least_s: float) -> list[RunningTask]:
+    """The preemptible work that has run past its own estimate by more than its allowance."""
+    return [
+        r
+        for r in running
+        if r.revised_from is not None
+        and r.estimate_basis != BASIS_ESTIMATE
+        and r.preemptible
+        and not r.being_preempted
+        and (now - r.revised_from).total_seconds() > overrun_allowance(r, least_s)
+    ]
+
+
+def plan_overrun_eviction(cx: CycleInputs, st: CycleState, cand: Candidate) -> PreemptionOutcome:
+    """Evict the work that got ahead of this head by an estimate it overran, when that
+    lets the head start (the backfill bound, see the module doc)."""
+    if not cx.policy.evict_overrunning_backfill or st.preemption_tries >= cx.policy.max_preemption_tries:
+        return NO_PREEMPTION
+    item, spec = cand.item, cand.spec
+    if st.overran is None:
+        st.overran = overran(cx.running, cx.now, cx.policy.backfill_overrun_allowance_s)
+    rank = spec.priority.rank
+    # Only work that started after this head queued, at no higher priority, got ahead of it.
+    ahead = {r.id for r in st.overran if r.id not in st.evicting and r.started_at > item.queued_at and r.priority_rank <= rank}
+    if not ahead:
+        return NO_PREEMPTION
+    st.preemption_tries += 1
+    plan = find_victims(
+        st.working,
+        spec,
+        -1,  # no victim for being of lower priority: only those that overran
+        [r for r in st.overran if r.id in ahead],
+        cx.compat_check,
+        preemptor_id=item.id,
+        reclaimable=lambda r: r.id in ahead,
+        **cand.kwargs,
+    )
+    if plan is None or not plan.victims:
+        return NO_PREEMPTION
+    st.evict(plan.victims)
+    reason = f"{OVERRUN_PREFIX} after starting while {item.id} waited (backfill bound): it gives way to {item.id}"
+    return PreemptionOutcome([v.id for v in plan.victims], reason)
 
 
 def _reclaimable_ids(cx: CycleInputs, st: CycleState, spec) -> frozenset[str]:

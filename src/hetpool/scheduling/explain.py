@@ -76,6 +76,7 @@ FITS_FALLBACK_TEMPLATE = "fits now with fallback to {chosen}: {workers} worker(s
 # (marked for translation like the templates: the dashboard translates these facts too).
 VICTIMS_LOWER_PRIORITY_TEXT = "lower-priority task(s)"
 VICTIMS_BORROWING_TEXT = "borrowing task(s) to reclaim its quota"
+VICTIMS_OVERRUN_TEXT = "task(s) that overran their estimates after starting ahead of it"
 UNKNOWN_START_TEXT = "unknown"
 # Stands for another tenant's task in an explanation its readers may not see.
 OTHER_TENANTS_TASK_TEXT = "a task of another tenant"

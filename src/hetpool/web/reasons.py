@@ -105,6 +105,7 @@ SUMMARY_TEXTS = (
 VICTIM_KINDS = (
     N_("lower-priority task(s)"),
     N_("borrowing task(s) to reclaim its quota"),
+    N_("task(s) that overran their estimates after starting ahead of it"),
 )
 UNKNOWN_TIME = N_("unknown")  # a reservation's start when no runtime estimate gives one
 OTHER_TENANTS_TASK = N_("a task of another tenant")  # stands for a task id the reader may not see
