@@ -96,6 +96,22 @@ def test_a_task_that_ignores_its_signal_is_killed_after_the_grace(ctx: ServiceCo
     drive_until(ctx, lambda: task_state(demo, low) in ("cancelled",), 30)
 
 
+def test_the_server_cuts_a_long_grace_so_a_member_cannot_stall_a_preemptor(ctx: ServiceContext, demo: TestClient) -> None:
+    """A member may declare an hour's grace and ignore the signal; the server's
+    max_checkpoint_grace_s (here 2 s) is what the preemptor waits at most."""
+    ctx.settings.max_checkpoint_grace_s = 2.0
+    stubborn = "trap '' TERM; echo started; while :; do sleep 0.1; done"
+    low = _submit(demo, **A100_TASK, name="stubborn", workers=2, priority="low", checkpoint={"grace": "1h"}, command=stubborn)
+    drive_until(ctx, lambda: task_state(demo, low) == "running", 30)
+    assert _task(demo, low)["checkpoint"]["grace_s"] == 2.0
+    high = _submit(demo, **A100_TASK, name="urgent", priority="high", command="echo urgent-done")
+    drive_until(ctx, lambda: task_state(demo, high) == "succeeded", timeout_s=60)
+    signalled = [e for e in _task(demo, low)["events"] if e["action"] == "task.stop_signalled"]
+    assert signalled and signalled[0]["after"]["grace_s"] == 2.0
+    demo.post(f"/api/v1/tasks/{low}/cancel")
+    drive_until(ctx, lambda: task_state(demo, low) == "cancelled", 30)
+
+
 def test_a_task_without_checkpoint_is_stopped_at_once_and_starts_afresh(ctx: ServiceContext, demo: TestClient) -> None:
     low = _submit(demo, **A100_TASK, name="plain", workers=2, priority="low", command='echo "resume=${HETPOOL_RESUME:-no}"; sleep 60')
     drive_until(ctx, lambda: task_state(demo, low) == "running", 30)

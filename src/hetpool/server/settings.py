@@ -43,6 +43,12 @@ class Settings(BaseSettings):
     compat_unknown: Literal["block", "allow"] = Field(
         default="block", description="a framework, runtime or release the compatibility tables do not cover: block the pool, or allow it with a note"
     )
+    max_checkpoint_grace_s: float = Field(
+        default=600.0,
+        ge=1,
+        le=3600,
+        description="a task's checkpoint grace is cut to this: how long a preemptor, a migration or a reclaim waits at most for the devices",
+    )
     max_request_bytes: int = Field(default=4 * 1024 * 1024, gt=0, description="larger request bodies (also chunked ones) get 413")
     # HTTP hardening (server/security.py, server/ratelimit.py; docs/operations-security.md).
     cors_origins: str = Field(default="", description="comma-separated origins allowed cross-origin (CORS); empty: closed")

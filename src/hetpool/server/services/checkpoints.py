@@ -28,22 +28,29 @@ from hetpool.server.services.cluster_state import read_inventory
 from hetpool.server.services.context import ServiceContext
 
 
-def checkpoint_of(row: TaskRow) -> CheckpointSpec | None:
-    """The task's checkpoint contract, or None (none declared, or unreadable: stop it plainly)."""
+def checkpoint_of(row: TaskRow, max_grace_s: float | None = None) -> CheckpointSpec | None:
+    """The task's checkpoint contract, or None (none declared, or unreadable: stop it plainly).
+
+    `max_grace_s` (the server's max_checkpoint_grace_s) cuts the grace: the grace is time a
+    preemptor or a migration waits for devices it was promised, so a member must not be
+    able to make everyone else wait up to the hour a task may declare."""
     raw = (row.spec or {}).get("checkpoint") if isinstance(row.spec, dict) else None
     if not isinstance(raw, dict):
         return None
     try:
-        return CheckpointSpec.model_validate(raw)
+        checkpoint = CheckpointSpec.model_validate(raw)
+        if max_grace_s is not None and checkpoint.grace_s > max_grace_s:
+            checkpoint = CheckpointSpec.model_validate({**raw, "grace": max_grace_s})
+        return checkpoint
     except ValueError:
         return None
 
 
-def stop_step(row: TaskRow, now: datetime) -> str:
+def stop_step(row: TaskRow, now: datetime, max_grace_s: float | None = None) -> str:
     """What the reconciler does this round for a task it must stop: "cancel" (no
     checkpoint, a user's cancel, or the grace is over), "signal" (first round of a
-    graceful stop) or "wait" (within the grace)."""
-    checkpoint = checkpoint_of(row)
+    graceful stop) or "wait" (within the grace, cut to `max_grace_s`)."""
+    checkpoint = checkpoint_of(row, max_grace_s)
     if row.cancel_requested or checkpoint is None:
         return "cancel"
     if row.stop_signalled_at is None:

@@ -65,11 +65,11 @@ def task_response(session: Session, row: TaskRow, *, detail: bool = False, ctx: 
         status = deadlines.row_status(row, lambda: [p.model for p in placements], ctx.clock.now(), lambda: read_inventory(ctx, session).catalog)
         if status is not None:
             body["deadline"], body["deadline_at_risk"] = iso_utc(status.deadline), status.at_risk
-    checkpoint = checkpoints.checkpoint_of(row)
+    checkpoint = checkpoints.checkpoint_of(row, ctx.settings.max_checkpoint_grace_s if ctx is not None else None)
     if checkpoint is not None:
         body["checkpoint"] = {
             "signal": checkpoint.signal.value,
-            "grace_s": checkpoint.grace_s,
+            "grace_s": checkpoint.grace_s,  # as the server applies it (cut to max_checkpoint_grace_s)
             "resume": checkpoint.resume,
             "resume_from": row.resume_from,
             "progress_s": row.progress_s or 0.0,

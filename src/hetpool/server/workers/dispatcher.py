@@ -77,8 +77,8 @@ class DispatchItem:
         return (self.backend_kind, self.cluster.name if self.cluster is not None else "")
 
 
-def _launch_request(catalog, row: TaskRow, placements) -> LaunchRequest:
-    checkpoint = checkpoints.checkpoint_of(row)
+def _launch_request(catalog, row: TaskRow, placements, max_grace_s: float) -> LaunchRequest:
+    checkpoint = checkpoints.checkpoint_of(row, max_grace_s)
     workers = []
     for p in placements:
         model = catalog.get(p.model) if p.model in catalog else None
@@ -149,7 +149,7 @@ def claim_dispatch_batch(
         items, unlaunchable = [], []
         for r in rows:
             try:
-                request = _launch_request(inv.catalog, r, placements_of(session, r))
+                request = _launch_request(inv.catalog, r, placements_of(session, r), ctx.settings.max_checkpoint_grace_s)
             except Exception as exc:  # one task's stored data must not hold back the others' dispatch
                 log.exception("task %s cannot be turned into a launch request", r.id)
                 unlaunchable.append((r.id, r.attempt, f"set aside by the dispatcher: {type(exc).__name__}: {exc}"[:600]))

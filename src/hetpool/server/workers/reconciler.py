@@ -35,7 +35,7 @@ def reconcile_once(ctx: ServiceContext) -> int:
         # A preemption request stops the job like a cancel does (gracefully, for a task that
         # declared a checkpoint: services/checkpoints.py), then requeues the task.
         now = ctx.clock.now()
-        work = [(r.id, r.attempt, r.backend, r.job_id, _stop_step(r, now)) for r in rows]
+        work = [(r.id, r.attempt, r.backend, r.job_id, _stop_step(r, now, ctx.settings.max_checkpoint_grace_s)) for r in rows]
         clusters = read_inventory(ctx, session).clusters if rows else {}
         cluster_of = {r.id: r.cluster or "" for r in rows}
     by_backend: dict[tuple[str, str], list] = defaultdict(list)
@@ -68,11 +68,11 @@ def reconcile_once(ctx: ServiceContext) -> int:
     return changes
 
 
-def _stop_step(row: TaskRow, now) -> str | None:
+def _stop_step(row: TaskRow, now, max_grace_s: float) -> str | None:
     """None: the job runs on; else this round's step of stopping it (checkpoints.stop_step)."""
     if not (row.cancel_requested or row.preempt_reason):
         return None
-    return checkpoints.stop_step(row, now)
+    return checkpoints.stop_step(row, now, max_grace_s)
 
 
 def _stop(ctx: ServiceContext, backend, handle: JobHandle, task_id: str, attempt: int, step: str | None) -> None:
@@ -81,7 +81,7 @@ def _stop(ctx: ServiceContext, backend, handle: JobHandle, task_id: str, attempt
     elif step == "signal":
         with ctx.db.transaction() as session:
             row = task_lifecycle.get_row(session, task_id, for_update=True)
-            checkpoint = checkpoints.checkpoint_of(row)
+            checkpoint = checkpoints.checkpoint_of(row, ctx.settings.max_checkpoint_grace_s)
             if row.attempt != attempt or checkpoint is None or row.stop_signalled_at is not None:
                 return
         backend.stop_gracefully(handle, checkpoint.signal.value, checkpoint.grace_s)
