@@ -8,10 +8,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from hetpool.catalog.devices import DeviceCatalog
 from hetpool.core.policy import ClassRule, SchedulingPolicySpec
+from hetpool.core.specs import parse_spec
+from hetpool.governance.quota import QuotaBook
 from hetpool.scheduling.cycle import QueuedTask, run_cycle
 from hetpool.scheduling.cycle_preempt import OVERRUN_PREFIX
 from hetpool.scheduling.explain import VICTIMS_OVERRUN_TEXT
+from hetpool.scheduling.quota_view import Held
 from tests.scheduling.factories import CUDA_STACK, alloc, compat_check, node, pool, running_task, snapshot_with_running, task
 
 CHECK = compat_check()
@@ -25,13 +29,23 @@ def _head() -> QueuedTask:
     return QueuedTask(id="head", spec=spec, queued_at=T0)
 
 
-def _cycle(now: datetime, *, started_min: float = 5, priority: str = "normal", policy: SchedulingPolicySpec | None = None):
+def _cycle(
+    now: datetime,
+    *,
+    started_min: float = 5,
+    priority: str = "normal",
+    policy: SchedulingPolicySpec | None = None,
+    quota=None,
+    tenant: str = "ai-lab/nlp/p",
+):
     """g1 is free again; g0 runs `late`, which started `started_min` after the head queued
     with a 50-minute estimate (it backfilled ahead of the head) and still runs at `now`."""
     started = T0 + timedelta(minutes=started_min)
     late = running_task("late", [alloc("g0", "h100", range(8))], priority=priority, started_at=started, expected_end=started + timedelta(minutes=50))
     snap = snapshot_with_running([node(n, H100, 8, stack=CUDA_STACK) for n in ("g0", "g1")], [pool("h100", H100, ["g0", "g1"])], [late])
     options = {"policy": policy} if policy else {}
+    if quota is not None:
+        options["quota"] = quota
     return run_cycle(snap, [_head()], CHECK, now, running=[late], **options)
 
 
@@ -68,6 +82,19 @@ def test_the_bound_holds_with_preemption_off_and_can_be_switched_off() -> None:
     assert _head_decision(_cycle(T0 + timedelta(minutes=61), policy=no_preemption)).victims == ["late"]
     off = SchedulingPolicySpec(evict_overrunning_backfill=False)
     assert _head_decision(_cycle(T0 + timedelta(minutes=61), policy=off)).victims == []
+
+
+@pytest.mark.parametrize(("late_tenant", "victims"), [("ai-lab/nlp/p", ["late"]), ("ai-lab/cv/p", [])])
+def test_a_borrowing_head_does_not_take_another_tenants_guaranteed_quota(late_tenant: str, victims: list[str]) -> None:
+    """The head needs 16 GPUs on a quota of 8 and borrows its sibling's 8: work of its own
+    tenant gives way, the sibling's work within its own quota does not (as for any preemption)."""
+
+    def quota(name: str, tenant: str) -> object:
+        return parse_spec({"kind": "Quota", "name": name, "tenant": tenant, "limits": [{"resource": "gpu", "nominal": 8}]})
+
+    book = QuotaBook([quota("nlp", "ai-lab/nlp"), quota("cv", "ai-lab/cv")], {m.name: m for m in DeviceCatalog.builtin()}, {"h100": H100})
+    book.charge("late", (late_tenant, "dev", "training"), [Held("h100", H100, 8, 1, 1)])
+    assert _head_decision(_cycle(T0 + timedelta(minutes=61), quota=book, tenant=late_tenant)).victims == victims
 
 
 @pytest.mark.parametrize("preemptible", [True, False])

@@ -135,6 +135,8 @@ def plan_overrun_eviction(cx: CycleInputs, st: CycleState, cand: Candidate) -> P
     )
     if plan is None or not plan.victims:
         return NO_PREEMPTION
+    if cx.quota and not item.quota_exempt and quota_blocks_plan(cx.quota, spec, plan):
+        return NO_PREEMPTION  # the head would not be admitted anyway, or only by taking guaranteed quota
     st.evict(plan.victims)
     reason = f"{OVERRUN_PREFIX} after starting while {item.id} waited (backfill bound): it gives way to {item.id}"
     return PreemptionOutcome([v.id for v in plan.victims], reason)
