@@ -258,13 +258,13 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--sjf",
         type=lambda s: [float(x) for x in s.split(",") if x],
-        default=[],  # none: chosen on the tuning trace (bench/gavel_tune.py), not on the four compared
+        default=[3.0, 6.0],  # chosen on the tuning trace (bench/gavel_tune.py), not on the four compared
         help="hour limits for priority buckets (critical, high, normal, low)",
     )
     ap.add_argument("--ordering", choices=["priority-fairshare", "shortest-first", "fifo"], default="shortest-first", help="the queue's ordering (chosen on the tuning trace)")
     ap.add_argument("--sjf-by", choices=["hours", "device-hours"], default="hours")
     ap.add_argument("--longest-first", action="store_true", help="reverse the buckets: longest jobs get the highest priority")
-    ap.add_argument("--aging", type=float, default=0.5, help="chosen on the tuning trace (bench/gavel_tune.py)")
+    ap.add_argument("--aging", type=float, default=2.0, help="chosen on the tuning trace (bench/gavel_tune.py)")
     ap.add_argument("--preemption", action=argparse.BooleanOptionalAction, default=False)
     ap.add_argument("--wait-for-preferred", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--no-backfill", action="store_true")

@@ -48,12 +48,21 @@ def _task(task_id: str, arrival: float, work: dict[str, float], *, checkpoint: b
     return TraceTask(task_id, arrival, TaskSpec.model_validate(doc), reference_s=reference, work_s=work)
 
 
-def test_a_preempted_checkpointed_task_runs_only_the_rest_of_its_work() -> None:
-    for checkpoint, end in ((True, 500 + 600 + 60), (False, 500 + 1000)):
-        trace = [_task("low", 0, {SLOW: 1000}, priority="low", checkpoint=checkpoint), _task("urgent", 400, {SLOW: 100}, priority="high")]
-        low = Simulator(*_estate(), MODELS, CHECK, SimConfig(resume_overhead_s=60)).run(trace).outcomes["low"]
-        assert low.preemptions == 1
-        assert low.end_s == pytest.approx(end)  # 400 s kept (plus a 60 s reload), or started over
+@pytest.mark.parametrize(
+    ("checkpoint", "write_s", "urgent_start", "low_end"),
+    [
+        (True, None, 460, 560 + 600 + 60),  # signalled at 400, its 60 s grace spent writing: urgent starts at 460
+        (True, 0.0, 400, 500 + 600 + 60),  # an instant checkpoint
+        (False, None, 400, 500 + 1000),  # no checkpoint: stopped at once, started over
+    ],
+)
+def test_a_preempted_checkpointed_task_runs_only_the_rest_of_its_work(checkpoint, write_s, urgent_start, low_end) -> None:
+    trace = [_task("low", 0, {SLOW: 1000}, priority="low", checkpoint=checkpoint), _task("urgent", 400, {SLOW: 100}, priority="high")]
+    outcomes = Simulator(*_estate(), MODELS, CHECK, SimConfig(resume_overhead_s=60, checkpoint_write_s=write_s)).run(trace).outcomes
+    low = outcomes["low"]
+    assert low.preemptions == 1
+    assert outcomes["urgent"].start_s == pytest.approx(urgent_start)  # the preemptor waits for the checkpoint
+    assert low.end_s == pytest.approx(low_end)  # 400 s kept (plus a 60 s reload), or started over
 
 
 def test_a_migration_rule_moves_a_checkpointed_task_to_the_faster_device_once_it_is_idle() -> None:
@@ -64,9 +73,10 @@ def test_a_migration_rule_moves_a_checkpointed_task_to_the_faster_device_once_it
     moved = Simulator(*_estate(), MODELS, CHECK, SimConfig(queues=queues, resume_overhead_s=60)).run(trace).outcomes["long"]
     stayed = Simulator(*_estate(), MODELS, CHECK, SimConfig(resume_overhead_s=60)).run(trace).outcomes["long"]
     assert stayed.migrations == 0 and stayed.end_s == pytest.approx(2000)
-    # The round after the fast device freed (360 s): 18 % done, the rest on the fast one plus the reload.
+    # The round after the fast device freed (360 s): 18 % done, a 60 s grace writing the
+    # checkpoint, then the rest on the fast one plus the reload.
     assert moved.migrations == 1 and moved.preemptions == 0 and moved.model == FAST
-    assert moved.end_s == pytest.approx(360 + 1000 * (1 - 360 / 2000) + 60)
+    assert moved.end_s == pytest.approx(360 + 60 + 1000 * (1 - 360 / 2000) + 60)
 
 
 def test_no_move_without_a_checkpoint_or_without_enough_gain() -> None:

@@ -60,6 +60,10 @@ class SimConfig:
     max_time_s: float | None = None  # stop the clock here (tasks still running are reported)
     sample_every_s: float = 0.0  # utilisation/queue samples: at every event (0) or at this step
     resume_overhead_s: float = 60.0  # a checkpointed task's restart cost on each resume (besides a migration's own overhead)
+    # How long a checkpointed task, once signalled to stop, still holds its devices while it
+    # writes its checkpoint (no progress meanwhile). None: its declared grace — the worst
+    # case the server allows it (services/checkpoints.py).
+    checkpoint_write_s: float | None = None
 
 
 @dataclass
@@ -148,6 +152,7 @@ class Simulator:
             state.now = now
             state.arrive()
             state.finish()
+            state.stops()
             state.promises_due()
             # A cycle only when something changed since the last one: the same queue on the
             # same capacity gives the same decisions.
@@ -198,6 +203,7 @@ class _Run:
         self.promise_due: float | None = None  # when the earliest promise to a waiting task breaks
         self.max_preemptions = (self.cfg.policy or SchedulingPolicySpec()).max_preemptions
         self.resumes = Resumes(self)
+        self.stopping: dict[str, tuple[float, float, bool]] = {}  # id → (stops at, signalled at, a migration)
         self.reservations: list = []  # the last cycle's: the nodes held for waiting heads
 
     def next_time(self) -> float | None:
@@ -218,6 +224,8 @@ class _Run:
             candidates.append(now)  # moved since the last cycle (a migration): place them now
         if self.resumes.next_round is not None:
             candidates.append(self.resumes.next_round)
+        if self.stopping:
+            candidates.append(min(at for at, _, _ in self.stopping.values()))  # a checkpoint written: the devices free
         if not candidates:
             return None  # queued work that can never start: nothing will change any more
         now = max(now, min(candidates))
@@ -321,6 +329,32 @@ class _Run:
         return book
 
     def evict(self, victim: str, migrated: bool = False) -> None:
+        """Stop a running task: at once, or — checkpointed — once it has written its
+        checkpoint (it holds its devices meanwhile, marked as being preempted, so the
+        scheduler waits for them rather than evicting more)."""
+        if victim in self.stopping:
+            return
+        checkpoint = self.tasks[victim].spec.checkpoint
+        write_s = self.cfg.checkpoint_write_s if self.cfg.checkpoint_write_s is not None else (checkpoint.grace_s if checkpoint else 0.0)
+        if checkpoint is None or not checkpoint.resume or write_s <= 0:
+            self._stopped(victim, migrated, self.now)
+            return
+        rt, started, planned_end = self.running[victim]
+        self.running[victim] = (replace(rt, being_preempted=True), started, planned_end)
+        self.stopping[victim] = (self.now + write_s, self.now, migrated)
+
+    def stops(self) -> None:
+        """Checkpoints written by now: their tasks give the devices back (one that finished
+        meanwhile has already)."""
+        for task_id, (at, signalled, migrated) in sorted(self.stopping.items()):
+            if at <= self.now:
+                del self.stopping[task_id]
+                if task_id in self.running:
+                    self._stopped(task_id, migrated, signalled)
+
+    def _stopped(self, victim: str, migrated: bool, signalled: float) -> None:
+        """The task has given its devices back: requeue it (with the work done up to the
+        moment it was signalled, if it checkpoints)."""
         self.dirty = True  # freed capacity: the next cycle places the preemptor
         _, started, planned_end = self.running[victim]
         stopped = self.release(victim)
@@ -334,7 +368,7 @@ class _Run:
         out.cost -= (planned_end - self.now) / 3600 * out.price_per_hour
         self.attempts[victim] += 1
         task = self.tasks[victim]
-        spec = self.resumes.stopped(task, stopped, started)  # a checkpointed task goes back with the rest of its work
+        spec = self.resumes.stopped(task, stopped, started, signalled)  # a checkpointed task goes back with the rest of its work
         self.queued[victim] = QueuedTask(victim, spec, EPOCH + timedelta(seconds=task.arrival_s))
 
     def start(self, decision) -> None:

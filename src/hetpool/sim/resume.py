@@ -44,16 +44,16 @@ class Resumes:
         self.attempt[task_id] = (full_s, overhead)
         return full_s * (1.0 - done) + overhead
 
-    def stopped(self, task: TraceTask, stopped: RunningTask, started_s: float) -> TaskSpec:
+    def stopped(self, task: TraceTask, stopped: RunningTask, started_s: float, signalled_s: float) -> TaskSpec:
         """The spec the stopped task is requeued with: its own, or — checkpointed — with the
-        rest of its work (both ledgers advanced)."""
+        rest of its work up to the moment it was signalled (both ledgers advanced)."""
         spec = task.spec
         checkpoint = spec.checkpoint
         if checkpoint is None or not checkpoint.resume:
             self.done.pop(task.id, None)
             self.progress_s.pop(task.id, None)
             return spec
-        now = self.run.now
+        now = signalled_s
         full_s, overhead = self.attempt.get(task.id, (0.0, 0.0))
         worked = max(now - started_s - overhead, 0.0)
         if full_s > 0:
