@@ -148,7 +148,7 @@ def test_a_crash_between_backend_submit_and_commit_is_adopted_by_job_name_not_ru
     # The dispatcher's first half: the backend accepts the job ... and the server dies before the commit.
     with ctx.db.transaction() as session:
         row = get_row(session, task_id)
-        request = _launch_request(load_inventory(ctx, session).catalog, row, placements_of(session, row))
+        request = _launch_request(load_inventory(ctx, session).catalog, row, placements_of(session, row), ctx.settings.max_checkpoint_grace_s)
     ctx.backend_for("local").submit(request)
     assert task_state(api, task_id) == "admitted"  # nothing was recorded
     # A restarted dispatcher finds the task still admitted and submits again: the job is found by its name.
