@@ -15,6 +15,7 @@ import random
 import resource
 import sys
 import time
+from contextlib import nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from hetpool.core.tasks import TaskSpec  # noqa: E402
 from hetpool.sim.engine import SimConfig, Simulator  # noqa: E402
 from hetpool.sim.report import summarize  # noqa: E402
 from hetpool.sim.trace import TraceTask  # noqa: E402
+from hetpool.core.interpreter import tuned_gc  # noqa: E402
 
 SHAPES = [
     # (share, task doc, mean hours on the reference device)
@@ -101,8 +103,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--seed", type=int, default=3)
     parser.add_argument("-o", "--output", choices=["json", "text"], default="text")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "sim_speed.json")
+    parser.add_argument("--default-gc", action="store_true", help="CPython's default collector settings instead of `hetpool sim run`'s")
     args = parser.parse_args(argv)
-
     rng = random.Random(args.seed)
     models = {m.name: m for m in DeviceCatalog.builtin().all()}
     clusters, nodes, pools = inventory(args.nodes)
@@ -110,7 +112,8 @@ def main(argv: list[str] | None = None) -> dict:
     trace = make_trace(args.tasks, accelerators, args.load, rng)
     sim = Simulator(clusters, nodes, pools, models, CompatibilityKB.builtin().check, SimConfig(min_cycle_interval_s=args.cycle_interval))
     started = time.perf_counter()
-    result = sim.run(trace)
+    with nullcontext() if args.default_gc else tuned_gc():  # as `hetpool sim run` runs it
+        result = sim.run(trace)
     wall = time.perf_counter() - started
     summary = summarize(result)
     report = {
@@ -119,6 +122,7 @@ def main(argv: list[str] | None = None) -> dict:
         "accelerators": accelerators,
         "tasks": args.tasks,
         "cycle_interval_s": args.cycle_interval,
+        "gc": "default" if args.default_gc else "server",
         "wall_seconds": round(wall, 2),
         "scheduler_seconds": summary["scheduler_seconds"],
         "cycles": summary["cycles"],

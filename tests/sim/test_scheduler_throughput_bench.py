@@ -19,6 +19,7 @@ def test_the_honest_mix_runs_with_every_feature_and_reports_its_figures(tmp_path
     small = ["--nodes", "60", "--tasks", "400", "--steady-cycles", "3", "--arrivals", "20", "--max-cycles", "8"]
     report = scheduler_throughput.main([*small, "-o", "json", "--out", str(out)])
     assert json.loads(out.read_text()) == report
+    assert report["gc"] == "server"  # the collector as the server sets it
     assert report["mix"] == "honest" and report["running_share_at_start"] >= 0.2 and report["running_at_start"] > 0
     assert report["quotas"] == 33 and report["queues"] == 4 and report["distinct_shapes"] > 100
     assert report["placed_tasks"] > 0 and report["placements_per_s"] > 0

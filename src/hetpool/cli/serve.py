@@ -9,8 +9,9 @@ import uvicorn
 from rich.console import Console
 
 from hetpool.cli.files import read_documents
+from hetpool.core import interpreter
 from hetpool.core.specs import parse_documents
-from hetpool.server import interpreter, tracing
+from hetpool.server import tracing
 from hetpool.server.app import create_app, make_context
 from hetpool.server.config_file import ConfigError, load_settings
 from hetpool.server.logging_setup import configure_logging

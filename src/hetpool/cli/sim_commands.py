@@ -24,6 +24,7 @@ from hetpool.catalog.devices import DeviceCatalog
 from hetpool.cli.files import read_documents
 from hetpool.cli.render import OutputFormat, console, emit_data, err_console, plain
 from hetpool.core.errors import SpecError
+from hetpool.core.interpreter import tuned_gc
 from hetpool.core.inventory import ClusterSpec, DeviceModelSpec, NodeSpec, PoolSpec
 from hetpool.core.specs import parse_documents
 from hetpool.core.units import parse_duration
@@ -246,7 +247,7 @@ def register(app: typer.Typer) -> None:
         inv = offline_inventory(inventory)
         tasks = read_trace(trace)
         sim = Simulator(inv.clusters, inv.nodes, inv.pools, inv.models, inv.compat.check, inv.config)
-        with SimProgress(["simulate"], len(tasks), quiet=output != OutputFormat.TABLE) as bar:
+        with tuned_gc(), SimProgress(["simulate"], len(tasks), quiet=output != OutputFormat.TABLE) as bar:
             result = sim.run(tasks, progress=lambda now, arrived, total: bar("simulate", now, arrived, total))
         summary = summarize(result)
         if out is not None:

@@ -30,10 +30,10 @@ from hetpool.scheduling.filters import (
     CompatCheck,
     class_matches,
     pool_verdict,
+    reasons_per_row,
     rows_lacking_features,
     slice_fraction,
     workers_fit,
-    workers_fit_per_row,
 )
 from hetpool.scheduling.snapshot import PoolView, Snapshot
 
@@ -566,8 +566,7 @@ def _place_in_a_part(snap, task, row_arr, fractions, fit, same: str, spread: boo
 
 
 def _explain_no_fit(snap: Snapshot, task: TaskSpec, row_arr: np.ndarray, fractions, same: str, attempt: Attempt) -> None:
-    _, reasons = workers_fit_per_row(snap, row_arr, task, fractions)  # only now: the slow, explaining pass
-    attempt.reasons.update(r for r in reasons if r)
+    attempt.reasons.update(reasons_per_row(snap, row_arr, task, fractions))  # only now: the explaining pass
     if attempt.workers_fit >= task.workers and same != "none":
         attempt.reasons[REASON_TOPOLOGY] += 1
         attempt.details.append(f"{attempt.workers_fit} workers fit across the estate, but not within one {same.replace('_', ' ')}")

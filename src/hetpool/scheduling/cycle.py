@@ -38,7 +38,8 @@ from hetpool.core.inventory import DeviceModelSpec
 from hetpool.core.policy import QueueSpec, SchedulingPolicySpec
 from hetpool.core.tasks import TaskSpec
 from hetpool.scheduling.assign import Assignment, assign
-from hetpool.scheduling.backfill import PreferredWait, Reservation, may_use_reserved, prefer_waiting, preferred_only, reserve
+from hetpool.scheduling.backfill import PreferredWait, Reservation, prefer_waiting, preferred_only, reserve
+from hetpool.scheduling.cycle_parked import candidate_pools, may_use, still_parked
 from hetpool.scheduling.cycle_preempt import OVERRUN_PREFIX, fits_after_release, plan_overrun_eviction, plan_preemption
 from hetpool.scheduling.cycle_state import (
     Blame,
@@ -48,6 +49,7 @@ from hetpool.scheduling.cycle_state import (
     as_running,
     fair_share,
     held_by,
+    idle_key,
     index_by_pool,
     release,
     shape_key,
@@ -66,7 +68,7 @@ from hetpool.scheduling.explain import (
 )
 from hetpool.scheduling.filters import CompatCheck, memoized
 from hetpool.scheduling.forecast import attach_estimates
-from hetpool.scheduling.parking import close_parking, open_parking, usable_pools
+from hetpool.scheduling.parking import close_parking, open_parking
 from hetpool.scheduling.queueing import MAX_RANK, QueueOrder, effective_rank, route
 from hetpool.scheduling.quota_fit import never_within_quota
 from hetpool.scheduling.quota_view import QuotaCeiling, QuotaLedger
@@ -181,7 +183,7 @@ def _run_cycle(
     cx = CycleInputs(snapshot, compat_check, now, policy, models, revise_overruns(list(running), now), quota, blame)
     st = open_cycle(cx, queue, list(queues), tenant_weights or {})
     park, st.park_counts = open_parking(snapshot, policy, cx.running, quota, st.order.entry)
-    st.parked = park.parked
+    st.parked, st.grown = park.parked, park.grown
     skip = (lambda q, item: still_parked(cx, st, q, item)) if st.parked else None
     for q, item in heads(st, blame, policy.max_heads_per_cycle, snapshot.scan_cursor, snapshot.preemptors, skip):
         blame.task_id = item.id
@@ -189,40 +191,12 @@ def _run_cycle(
     blame.task_id = None
     note_preemptors(snapshot.preemptors, st.decisions)
     if policy.park_waiting:
-        candidates = {task_id: (cand, _pools(cx, st, cand), st.order.entry(task_id)[1]) for task_id, cand in st.parkable.items()}
-        close_parking(park, st.working, st.decisions, candidates, st.park_counts, st.no_park)
+        candidates = {task_id: (cand, candidate_pools(cx, st, cand), st.order.entry(task_id)[1]) for task_id, cand in st.parkable.items()}
+        close_parking(park, st.working, st.decisions, candidates, st.park_counts, st.deferred)
     requeue(cx, st, estimate)
     reservations, carried = list(st.reservations.values()), st.carried + st.order.left()
     duration = time.perf_counter() - started
     return CycleResult(decisions=st.decisions, duration_s=duration, reservations=reservations, carried=carried, parked=st.parked_over)
-
-
-def _pools(cx: CycleInputs, st: CycleState, cand: Candidate) -> frozenset[int]:
-    """The pools a candidate could use at all (kept with the idle-estate results)."""
-    key = idle_key(cand, "pools")
-    if key not in st.idle_results:
-        st.idle_results[key] = usable_pools(cx.snapshot, cand.spec, cx.compat_check, cand.kwargs["allowed_pools"])
-    return st.idle_results[key]
-
-
-def still_parked(cx: CycleInputs, st: CycleState, q: QueueSpec, item: QueuedTask) -> bool:
-    """Does a parked head stay passed over when its turn comes (parking.py)? Not when its
-    queue's reservation is still free to take, nor when a node that other heads'
-    reservations kept it off is no longer kept from it."""
-    parked = st.parked.get(item.id)
-    if parked is None:
-        return False
-    if parked.reserves and q.name not in st.reservations:
-        return False
-    if parked.excluded:
-        spec = item.spec
-        key = (spec.placement_shape, spec.runtime_estimate, tuple(st.reservations))
-        if key not in st.excluded_now:  # once per shape while the cycle's reservations stay the same
-            nodes = cx.snapshot.node_by_name
-            st.excluded_now[key] = {nodes[n] for r in st.reservations.values() if not _may_use(cx, st, spec, r) for n in r.nodes}
-        if not parked.excluded <= st.excluded_now[key]:
-            return False
-    return True
 
 
 def decide(cx: CycleInputs, st: CycleState, q: QueueSpec, item: QueuedTask) -> None:
@@ -353,7 +327,7 @@ def nominate(cx: CycleInputs, st: CycleState, q: QueueSpec, item: QueuedTask) ->
     kwargs = {"allowed_pools": set(q.pools) or None, "placement": rule.placement}
     # Reservations of every queue's blocked head hold against all tasks: backfill must
     # not delay a reserved start, whichever queue the backfilling task comes from.
-    blocking = [r for r in st.reservations.values() if not _may_use(cx, st, spec, r)]
+    blocking = [r for r in st.reservations.values() if not may_use(cx, st, spec, r)]
     # The same shape under the same reservation fails the same way: reuse the verdict.
     base_shape = shape_key(spec, q, st.tenant_matters)
     shape = base_shape + "|" + ",".join(r.task_id for r in blocking)
@@ -363,14 +337,6 @@ def nominate(cx: CycleInputs, st: CycleState, q: QueueSpec, item: QueuedTask) ->
         masks = [st.reserved_masks[r.task_id] for r in blocking]
         cand.target_kwargs = {**kwargs, "reserved_nodes": np.logical_or.reduce(masks)}
     return cand
-
-
-def _may_use(cx: CycleInputs, st: CycleState, spec: TaskSpec, reservation: Reservation) -> bool:
-    # Memoised: the answer depends only on the task's shape and runtime estimate.
-    key = (spec.placement_shape, spec.runtime_estimate, reservation.task_id)
-    if key not in st.may_use:
-        st.may_use[key] = may_use_reserved(spec, reservation, cx.now, cx.models)
-    return st.may_use[key]
 
 
 # ----------------------------------------------------------------- 3. gate
@@ -388,6 +354,8 @@ def gate(cx: CycleInputs, st: CycleState, cand: Candidate) -> Decision | None:
     cached = st.failed_shapes.get(cand.shape)
     if cached is not None:
         st.parkable[item.id] = cand
+        if cached.task_id in st.deferred:
+            st.deferred.add(item.id)  # decided as that head was: its preemption was not planned either
         copied = _copy.copy(cached.explanation)  # its own facts and counts (a shallow copy: replace() costs 10×)
         copied.facts, copied.filter_counts = dict(copied.facts), dict(copied.filter_counts)
         return Decision(item.id, False, cached.assignment, copied, q.name)
@@ -407,13 +375,6 @@ def _idle_result(cx: CycleInputs, st: CycleState, cand: Candidate) -> Assignment
     if key not in st.idle_results:
         st.idle_results[key] = assign(st.idle(cx.snapshot), cand.spec, cx.compat_check, **cand.kwargs)
     return st.idle_results[key]
-
-
-def idle_key(cand: Candidate, estate: str = "idle") -> tuple:
-    """What an idle-estate result depends on besides the inventory and its health: the
-    shape and the constraints it is placed under (a queue's pools can be edited)."""
-    pools = cand.kwargs["allowed_pools"]
-    return (estate, cand.base_shape, tuple(sorted(pools)) if pools else None, repr(cand.kwargs["placement"]))
 
 
 def _quota_ceiling(cx: CycleInputs, st: CycleState, cand: Candidate) -> QuotaCeiling | None:
@@ -506,7 +467,7 @@ def leave_waiting(cx: CycleInputs, st: CycleState, cand: Candidate, result: Assi
         deferred = st.preemption_deferred
         outcome = plan_preemption(cx, st, cand, fits_idle)
         if st.preemption_deferred > deferred:
-            st.no_park.add(item.id)  # its preemption was not planned: decide it again next cycle
+            st.deferred.add(item.id)  # not planned: parked until a cycle has a try left at its turn
         if not outcome.victims and not outcome.quota_block:
             outcome = plan_overrun_eviction(cx, st, cand)
         if outcome.victims:

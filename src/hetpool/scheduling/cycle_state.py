@@ -74,13 +74,15 @@ class CycleState:
     preemption_deferred: int = 0  # heads that would have, past that bound
     carried: int = 0  # heads passed over by the rotating scan (cycle.heads)
     # Parking (parking.py): the heads parked as the cycle opened, this cycle's plain waits
-    # that may be parked (task id → candidate, its pools, its rank), those that may not, and
-    # the evictable running work per pool.
+    # that may be parked (task id → candidate, its pools, its rank), those whose preemption
+    # was deferred, and the evictable running work per pool.
     parked: dict = field(default_factory=dict)
+    grown: object = None  # the rows where capacity grew since the previous cycle (parking.Parking.grown)
     parked_over: int = 0  # parked heads passed over this cycle
     excluded_now: dict[tuple, set[int]] = field(default_factory=dict)  # see cycle.still_parked
+    rows_of_nodes: dict[frozenset, np.ndarray] = field(default_factory=dict)  # see cycle._may_fit_on
     parkable: dict = field(default_factory=dict)
-    no_park: set[str] = field(default_factory=set)
+    deferred: set[str] = field(default_factory=set)  # heads whose preemption planning was deferred (parked as such)
     park_counts: object = None  # parking.Evictable
     decisions: list[Decision] = field(default_factory=list)
     waiting: list[QueuedTask] = field(default_factory=list)
@@ -187,3 +189,10 @@ def release(snap: Snapshot, result: Assignment) -> None:
 def index_by_pool(by_pool: dict[str, list[RunningTask]], task: RunningTask) -> None:
     for pool in {a.pool for a in task.allocations}:
         by_pool.setdefault(pool, []).append(task)
+
+
+def idle_key(cand: Candidate, estate: str = "idle") -> tuple:
+    """What an idle-estate result depends on besides the inventory and its health: the
+    shape and the constraints it is placed under (a queue's pools can be edited)."""
+    pools = cand.kwargs["allowed_pools"]
+    return (estate, cand.base_shape, tuple(sorted(pools)) if pools else None, repr(cand.kwargs["placement"]))

@@ -160,33 +160,34 @@ def _fit_parts(snap: Snapshot, rows: np.ndarray, task: TaskSpec, fractions: np.n
     return fit, nodes, by_cpu, by_mem, healthy
 
 
-def workers_fit_per_row(snap: Snapshot, rows: np.ndarray, task: TaskSpec, fractions: np.ndarray | None = None) -> tuple[np.ndarray, list[str]]:
-    """How many workers of `task` each row can take now, and the first failing reason per row.
+def reasons_per_row(snap: Snapshot, rows: np.ndarray, task: TaskSpec, fractions: np.ndarray | None = None) -> dict[str, int]:
+    """How many of `rows` fail for each reason: the first failing check of a row names it
+    (rows where at least one worker of `task` fits count for none).
 
     `fractions` holds, per row, the share of one device a worker takes when the task asks
-    for slices (see `slice_fraction`); None for whole devices.
+    for slices (see `slice_fraction`); None for whole devices. Counted with one bincount
+    over reason codes: this runs for every head that does not fit, on every row it could use.
     """
     demand = task.per_worker.devices
     cpu, mem = task.per_worker.cpu, task.per_worker.memory_gb
     fit, nodes, by_cpu, by_mem, healthy = _fit_parts(snap, rows, task, fractions)
     island = bool(task.topology and task.topology.device_island)
-    totals = snap.device_totals()[rows]
     whole = demand is not None and fractions is None
-    # The first failing check names the reason; "" where at least one worker fits.
-    reasons = np.select(
-        [
-            ~healthy,
-            snap.total_cpu[nodes] < cpu,
-            snap.total_mem[nodes] < mem,
-            (totals < demand.count) if whole else np.zeros(len(rows), dtype=bool),
-            fit > 0,
-            by_cpu < 1,
-            by_mem < 1,
-        ],
-        [REASON_UNHEALTHY, REASON_CPU_TOTAL, REASON_MEMORY_HOST_TOTAL, REASON_DEVICES_TOTAL, "", REASON_CPU, REASON_MEMORY_HOST],
-        default=REASON_ISLAND if island else REASON_DEVICES,
-    ).tolist()
-    return fit, reasons
+    no_rows = np.zeros(len(rows), dtype=bool)
+    checks = [
+        ~healthy,
+        snap.total_cpu[nodes] < cpu,
+        snap.total_mem[nodes] < mem,
+        (snap.device_totals()[rows] < demand.count) if whole else no_rows,
+        fit > 0,
+        by_cpu < 1,
+        by_mem < 1,
+    ]
+    names = [REASON_UNHEALTHY, REASON_CPU_TOTAL, REASON_MEMORY_HOST_TOTAL, REASON_DEVICES_TOTAL, "", REASON_CPU, REASON_MEMORY_HOST]
+    names.append(REASON_ISLAND if island else REASON_DEVICES)  # the default: devices are what is short
+    codes = np.select(checks, list(range(len(checks))), default=len(checks))
+    counts = np.bincount(codes, minlength=len(names))
+    return {name: int(n) for name, n in zip(names, counts.tolist(), strict=True) if name and n}
 
 
 def class_matches(pool: PoolView, device_class: DeviceClass | None) -> bool:

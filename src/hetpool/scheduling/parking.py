@@ -4,8 +4,12 @@ On a busy estate most heads of a cycle wait — they do not fit now — and the 
 would decide most of them the same way: nothing they could use was freed. Kueue keeps such
 workloads aside as "inadmissible" until an event could change their fate; so does this.
 A head is **parked** after a decision of one of `PARKABLE` reasons that had no side effect
-on other heads (no victims, no reservation held, no FIFO queue blocked, and its preemption
-was really planned, not deferred by `policy.max_preemption_tries`). A parked head is passed
+on other heads (no victims, no reservation held, no FIFO queue blocked). A head whose
+preemption planning was deferred by `policy.max_preemption_tries` is parked as *deferred*:
+it is decided again when its turn comes in a cycle with a try left (so the most deserving
+deferred heads plan first, as before), or when, at its turn, capacity that grew can hold a
+worker of it (looked at then, not as the cycle opens: the capacity a victim freed is its
+preemptor's, decided first). A parked head is passed
 over, as a carried one is (it keeps its explanation), until one of these happens:
 
 - capacity **grew** on a pool it could use (a device, or CPU or memory of a node of that
@@ -38,7 +42,7 @@ from hetpool.scheduling.filters import CompatCheck, class_matches, pool_verdict
 from hetpool.scheduling.running import RunningTask
 from hetpool.scheduling.snapshot import Snapshot
 
-__all__ = ["PARKABLE", "Evictable", "Parked", "Parking", "close_parking", "open_parking", "usable_pools"]
+__all__ = ["PARKABLE", "Evictable", "Parked", "Parking", "close_parking", "fits_grown", "open_parking", "usable_pools"]
 
 PARKABLE = frozenset({Reason.WAITING_FOR_CAPACITY, Reason.NEVER_FITS})
 MAX_PARKED_CYCLES = 8
@@ -58,6 +62,11 @@ class Parked:
     never: bool = False
     # (whole devices, CPU, memory GB) one worker needs, or None (slices: see worker_demand).
     demand: tuple[int, float, float] | None = None
+    # Its preemption was not planned (policy.max_preemption_tries was used up before its
+    # turn): it is let go at its turn (cycle.still_parked) when the cycle still has a try, or
+    # when a grown row can hold a worker of it then (`fits_grown`) — not for more evictable
+    # work, which only a plan would use.
+    deferred: bool = False
     cycles: int = 0
 
 
@@ -69,6 +78,8 @@ class Parking:
     policy_key: str = ""
     # The capacity at the end of the previous cycle: device shares, CPU, memory, health.
     after: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+    # This cycle: the rows where anything grew since then (None: everything may have).
+    grown: np.ndarray | None = None
 
     def grown_rows(self, snap: Snapshot) -> np.ndarray | None:
         """The rows where anything grew since the end of the previous cycle (None: no
@@ -82,6 +93,22 @@ class Parking:
 
     def remember(self, working: Snapshot) -> None:
         self.after = (working.dev_free.data.copy(), working.free_cpu.copy(), working.free_mem.copy(), working.node_healthy.copy())
+
+
+def fits_grown(working: Snapshot, rows: np.ndarray | None, pools: frozenset[int], demand: tuple[int, float, float] | None) -> bool:
+    """Can one of the grown `rows` of `pools` hold a whole worker of `demand` on the working
+    snapshot as it is now, after what this cycle already placed (a preemptor, decided first,
+    has taken what its victims freed)? None rows or demand: it may."""
+    if rows is None:
+        return True
+    on_pools = rows[np.isin(working.row_pool[rows], list(pools))]
+    if not len(on_pools) or demand is None:
+        return bool(len(on_pools))
+    whole, cpu, mem = demand
+    nodes = working.row_node[on_pools]
+    fits = working.node_healthy[nodes] & (working.row_free_whole[on_pools] >= whole)
+    fits &= (working.free_cpu[nodes] >= cpu - 1e-9) & (working.free_mem[nodes] >= mem - 1e-9)
+    return bool(fits.any())
 
 
 class Growth:
@@ -195,16 +222,22 @@ def open_parking(snapshot: Snapshot, policy, running: list[RunningTask], quota, 
         park.parked.clear()
         park.policy_key = key
     counts = Evictable(snapshot, running, quota)
+    park.grown = None
     if not park.parked:
         return park, counts
-    grown = Growth(snapshot, park.grown_rows(snapshot))
+    park.grown = park.grown_rows(snapshot)
+    grown = Growth(snapshot, park.grown)
     for task_id, p in list(park.parked.items()):
         found = queued(task_id)
         if (
             found is None
             or found[0].spec is not p.spec
             or p.cycles >= MAX_PARKED_CYCLES
-            or (not p.never and (grown.helps(p.pools, p.demand if not p.evictable else None) or counts.on(p.pools, found[1]) > p.evictable))
+            or (
+                not p.never
+                and not p.deferred
+                and (grown.helps(p.pools, p.demand if not p.evictable else None) or counts.on(p.pools, found[1]) > p.evictable)
+            )
         ):
             del park.parked[task_id]
         else:
@@ -212,13 +245,14 @@ def open_parking(snapshot: Snapshot, policy, running: list[RunningTask], quota, 
     return park, counts
 
 
-def close_parking(park: Parking, working: Snapshot, decisions: list, candidates: dict, counts: Evictable, no_park: set) -> None:
+def close_parking(park: Parking, working: Snapshot, decisions: list, candidates: dict, counts: Evictable, deferred: set) -> None:
     """Park this cycle's plain waits; remember the capacity they were decided against.
-    `candidates`: task id → (Candidate, the pools it could use, its priority rank now)."""
+    `candidates`: task id → (Candidate, the pools it could use, its priority rank now);
+    `deferred`: the heads whose preemption planning was deferred."""
     for d in decisions:
         park.parked.pop(d.task_id, None)  # decided again: parked anew below, or not
         entry = candidates.get(d.task_id)
-        if entry is None or d.admit or d.victims or d.task_id in no_park or d.explanation.reason not in PARKABLE:
+        if entry is None or d.admit or d.victims or d.explanation.reason not in PARKABLE:
             continue
         cand, pools, rank = entry
         never = d.explanation.reason is Reason.NEVER_FITS
@@ -229,7 +263,8 @@ def close_parking(park: Parking, working: Snapshot, decisions: list, candidates:
         reserves = d.explanation.reason is Reason.WAITING_FOR_CAPACITY and cand.queue.ordering != "fifo"
         evict = 0 if never else counts.on(pools, rank)
         demand = worker_demand(cand.item.spec)
-        park.parked[d.task_id] = Parked(cand.item.spec, cand.queue.name, pools, evict, rank, excluded, reserves, never, demand)
+        late = d.task_id in deferred
+        park.parked[d.task_id] = Parked(cand.item.spec, cand.queue.name, pools, evict, rank, excluded, reserves, never, demand, late)
     if park.parked:  # what the next cycle compares against (nothing to compare: nothing to copy)
         park.remember(working)
     else:

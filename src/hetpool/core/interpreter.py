@@ -24,14 +24,35 @@ from __future__ import annotations
 
 import gc
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 YOUNG_THRESHOLD = 50_000
 OLDER_THRESHOLDS = (20, 100)
 SWITCH_INTERVAL_S = 0.001
 
 
-def tune_for_server() -> None:
+def tune_gc() -> None:
+    """The collector settings above, for the rest of the process."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(YOUNG_THRESHOLD, *OLDER_THRESHOLDS)
+
+
+@contextmanager
+def tuned_gc() -> Iterator[None]:
+    """The same settings for one long batch run in a process that goes on afterwards
+    (`hetpool sim run`, which holds every task of a trace; the benchmarks): on leaving, the
+    frozen objects are collectable again and the thresholds are what they were."""
+    before = gc.get_threshold()
+    tune_gc()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
+
+
+def tune_for_server() -> None:
+    tune_gc()
     sys.setswitchinterval(SWITCH_INTERVAL_S)

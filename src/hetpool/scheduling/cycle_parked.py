@@ -1,0 +1,72 @@
+"""Parked heads within a cycle (the parking itself: parking.py): whether a parked head stays
+passed over when its turn comes, and the per-cycle memos that question shares with the
+cycle (the pools a candidate could use, whether a task may use a reservation)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from hetpool.core.policy import QueueSpec
+from hetpool.core.tasks import TaskSpec
+from hetpool.scheduling.backfill import Reservation, may_use_reserved
+from hetpool.scheduling.cycle_state import Candidate, CycleInputs, CycleState, idle_key
+from hetpool.scheduling.parking import fits_grown, usable_pools
+
+if TYPE_CHECKING:
+    from hetpool.scheduling.cycle import QueuedTask
+
+__all__ = ["candidate_pools", "may_use", "still_parked"]
+
+
+def candidate_pools(cx: CycleInputs, st: CycleState, cand: Candidate) -> frozenset[int]:
+    """The pools a candidate could use at all (kept with the idle-estate results)."""
+    key = idle_key(cand, "pools")
+    if key not in st.idle_results:
+        st.idle_results[key] = usable_pools(cx.snapshot, cand.spec, cx.compat_check, cand.kwargs["allowed_pools"])
+    return st.idle_results[key]
+
+
+def still_parked(cx: CycleInputs, st: CycleState, q: QueueSpec, item: QueuedTask) -> bool:
+    """Does a parked head stay passed over when its turn comes (parking.py)? Not when its
+    queue's reservation is still free to take, nor when a node that other heads'
+    reservations kept it off is no longer kept from it — unless it could only use that node
+    alone (no preemption: it planned and found no work to evict, or has no try left) and no
+    worker of it fits there now."""
+    parked = st.parked.get(item.id)
+    if parked is None:
+        return False
+    if parked.deferred and (st.preemption_tries < cx.policy.max_preemption_tries or fits_grown(st.working, st.grown, parked.pools, parked.demand)):
+        return False  # its preemption was deferred: it plans now if a try is left, or may fit alone
+    if parked.reserves and q.name not in st.reservations:
+        return False
+    if parked.excluded:
+        spec = item.spec
+        key = (spec.placement_shape, spec.runtime_estimate, tuple(st.reservations))
+        if key not in st.excluded_now:  # once per shape while the cycle's reservations stay the same
+            nodes = cx.snapshot.node_by_name
+            st.excluded_now[key] = {nodes[n] for r in st.reservations.values() if not may_use(cx, st, spec, r) for n in r.nodes}
+        freed = parked.excluded - st.excluded_now[key]
+        # With work it could evict, a freed node may complete a plan; without, only a worker fitting there helps.
+        if freed and ((parked.evictable and not parked.deferred) or _may_fit_on(st, freed, parked)):
+            return False
+    return True
+
+
+def _may_fit_on(st: CycleState, nodes: frozenset[int], parked) -> bool:
+    """Could a worker of a parked head fit, alone, on one of `nodes` (kept from it by a
+    reservation when it was parked, no longer)? A whole worker needs a row that holds it."""
+    if parked.demand is None:
+        return True
+    if nodes not in st.rows_of_nodes:
+        st.rows_of_nodes[nodes] = np.flatnonzero(np.isin(st.working.row_node, list(nodes)))
+    return fits_grown(st.working, st.rows_of_nodes[nodes], parked.pools, parked.demand)
+
+
+def may_use(cx: CycleInputs, st: CycleState, spec: TaskSpec, reservation: Reservation) -> bool:
+    # Memoised: the answer depends only on the task's shape and runtime estimate.
+    key = (spec.placement_shape, spec.runtime_estimate, reservation.task_id)
+    if key not in st.may_use:
+        st.may_use[key] = may_use_reserved(spec, reservation, cx.now, cx.models)
+    return st.may_use[key]
