@@ -33,35 +33,50 @@ def still_parked(cx: CycleInputs, st: CycleState, q: QueueSpec, item: QueuedTask
     queue's reservation is still free to take, nor when a node that other heads'
     reservations kept it off is no longer kept from it — unless it could only use that node
     alone (no preemption: it planned and found no work to evict, or has no try left) and no
-    worker of it fits there now."""
+    worker of it fits there now. Cheap questions first: this runs for every parked head a
+    scan passes, thousands per cycle on a full estate."""
     parked = st.parked.get(item.id)
     if parked is None:
         return False
-    if parked.deferred and (st.preemption_tries < cx.policy.max_preemption_tries or fits_grown(st.working, st.grown, parked.pools, parked.demand)):
+    if parked.deferred and (st.preemption_tries < cx.policy.max_preemption_tries or _fits(st, st.grown, parked)):
         return False  # its preemption was deferred: it plans now if a try is left, or may fit alone
     if parked.reserves and q.name not in st.reservations:
         return False
-    if parked.excluded:
-        spec = item.spec
-        key = (spec.placement_shape, spec.runtime_estimate, tuple(st.reservations))
-        if key not in st.excluded_now:  # once per shape while the cycle's reservations stay the same
-            nodes = cx.snapshot.node_by_name
-            st.excluded_now[key] = {nodes[n] for r in st.reservations.values() if not may_use(cx, st, spec, r) for n in r.nodes}
-        freed = parked.excluded - st.excluded_now[key]
-        # With work it could evict, a freed node may complete a plan; without, only a worker fitting there helps.
-        if freed and ((parked.evictable and not parked.deferred) or _may_fit_on(st, freed, parked)):
-            return False
-    return True
+    if not parked.excluded:
+        return True
+    # With work it could evict, a freed node may complete a plan; without, only a worker
+    # fitting there helps — and if none fits on any node it was kept off, none fits on those freed.
+    if not (parked.evictable and not parked.deferred) and not _fits_on_nodes(st, parked.excluded, parked):
+        return True
+    spec = item.spec
+    key = (spec.placement_shape, spec.runtime_estimate, tuple(st.reservations))
+    if key not in st.excluded_now:  # once per shape while the cycle's reservations stay the same
+        nodes = cx.snapshot.node_by_name
+        st.excluded_now[key] = {nodes[n] for r in st.reservations.values() if not may_use(cx, st, spec, r) for n in r.nodes}
+    freed = parked.excluded - st.excluded_now[key]
+    return not (freed and ((parked.evictable and not parked.deferred) or _fits_on_nodes(st, frozenset(freed), parked)))
 
 
-def _may_fit_on(st: CycleState, nodes: frozenset[int], parked) -> bool:
-    """Could a worker of a parked head fit, alone, on one of `nodes` (kept from it by a
-    reservation when it was parked, no longer)? A whole worker needs a row that holds it."""
+def _fits_on_nodes(st: CycleState, nodes: frozenset[int], parked) -> bool:
+    """Could a worker of a parked head fit, alone, on one of `nodes` now?"""
     if parked.demand is None:
         return True
     if nodes not in st.rows_of_nodes:
         st.rows_of_nodes[nodes] = np.flatnonzero(np.isin(st.working.row_node, list(nodes)))
-    return fits_grown(st.working, st.rows_of_nodes[nodes], parked.pools, parked.demand)
+    return _fits(st, st.rows_of_nodes[nodes], parked, nodes)
+
+
+def _fits(st: CycleState, rows: np.ndarray | None, parked, rows_key=None) -> bool:
+    """parking.fits_grown on the working snapshot, remembering a "no" for the rest of the
+    cycle: between two heads the working estate only loses capacity (a head that takes and
+    gives back within its own decision leaves it as it was), so what did not fit stays so."""
+    key = (rows_key, parked.pools, parked.demand)
+    if key in st.no_fit:
+        return False
+    if fits_grown(st.working, rows, parked.pools, parked.demand):
+        return True
+    st.no_fit.add(key)
+    return False
 
 
 def may_use(cx: CycleInputs, st: CycleState, spec: TaskSpec, reservation: Reservation) -> bool:

@@ -80,7 +80,8 @@ class CycleState:
     grown: object = None  # the rows where capacity grew since the previous cycle (parking.Parking.grown)
     parked_over: int = 0  # parked heads passed over this cycle
     excluded_now: dict[tuple, set[int]] = field(default_factory=dict)  # see cycle.still_parked
-    rows_of_nodes: dict[frozenset, np.ndarray] = field(default_factory=dict)  # see cycle._may_fit_on
+    rows_of_nodes: dict[frozenset, np.ndarray] = field(default_factory=dict)  # see cycle_parked._fits_on_nodes
+    no_fit: set[tuple] = field(default_factory=set)  # see cycle_parked._fits
     parkable: dict = field(default_factory=dict)
     deferred: set[str] = field(default_factory=set)  # heads whose preemption planning was deferred (parked as such)
     park_counts: object = None  # parking.Evictable
