@@ -182,7 +182,7 @@ def _run_cycle(
     # Running work past its expected end is revised once, here: every phase reads the same ends.
     cx = CycleInputs(snapshot, compat_check, now, policy, models, revise_overruns(list(running), now), quota, blame)
     st = open_cycle(cx, queue, list(queues), tenant_weights or {})
-    park, st.park_counts = open_parking(snapshot, policy, cx.running, quota, st.order.entry)
+    park, st.park_counts = open_parking(snapshot, policy, cx.running, quota, st.order.entry, now)
     st.parked, st.grown = park.parked, park.grown
     skip = (lambda q, item: still_parked(cx, st, q, item)) if st.parked else None
     for q, item in heads(st, blame, policy.max_heads_per_cycle, snapshot.scan_cursor, snapshot.preemptors, skip):
@@ -192,7 +192,7 @@ def _run_cycle(
     note_preemptors(snapshot.preemptors, st.decisions)
     if policy.park_waiting:
         candidates = {task_id: (cand, candidate_pools(cx, st, cand), st.order.entry(task_id)[1]) for task_id, cand in st.parkable.items()}
-        close_parking(park, st.working, st.decisions, candidates, st.park_counts, st.deferred)
+        close_parking(park, st.working, st.decisions, candidates, st.park_counts, st.deferred, now)
     requeue(cx, st, estimate)
     reservations, carried = list(st.reservations.values()), st.carried + st.order.left()
     duration = time.perf_counter() - started

@@ -20,9 +20,12 @@ over, as a carried one is (it keeps its explanation), until one of these happens
   priority, or borrowing) than when it was parked;
 - its turn comes while its queue holds no reservation yet (it may be owed it), or while a
   node other heads' reservations kept it off is no longer kept from it (cycle.still_parked);
-- its spec changed (another object), the policy changed, or it has been parked for
-  `MAX_PARKED_CYCLES` cycles (so estimates and explanations are refreshed now and then,
-  and aging's priority raise is taken into account).
+- its priority rank changed (aging raised it), its spec changed (another object), the
+  policy changed, or it has been parked for `MAX_PARKED_S` of the cycle clock or
+  `MAX_PARKED_CYCLES` cycles, so that what depends on time alone (estimates, a deadline
+  at risk) is refreshed now and then. A refresh by cycles alone (8, before) re-decided a
+  long queue's every head within 8 cycles: ~5,000 heads a cycle for a 40,000-task queue,
+  more than a cycle's whole budget.
 
 The parked set and the capacity it is compared against are kept with the snapshot that the
 server and the simulator keep across cycles (`Snapshot.parking`); a snapshot built anew (a
@@ -32,6 +35,7 @@ changed inventory) parks nothing. `policy.park_waiting: false` turns it off.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 
 import numpy as np
 
@@ -45,7 +49,8 @@ from hetpool.scheduling.snapshot import Snapshot
 __all__ = ["PARKABLE", "Evictable", "Parked", "Parking", "close_parking", "fits_grown", "open_parking", "usable_pools"]
 
 PARKABLE = frozenset({Reason.WAITING_FOR_CAPACITY, Reason.NEVER_FITS})
-MAX_PARKED_CYCLES = 8
+MAX_PARKED_CYCLES = 64
+MAX_PARKED_S = 600.0
 
 
 @dataclass
@@ -62,6 +67,7 @@ class Parked:
     never: bool = False
     # (whole devices, CPU, memory GB) one worker needs, or None (slices: see worker_demand).
     demand: tuple[int, float, float] | None = None
+    parked_at: datetime | None = None  # the cycle clock when it was parked
     # Its preemption was not planned (policy.max_preemption_tries was used up before its
     # turn): it is let go at its turn (cycle.still_parked) when the cycle still has a try, or
     # when a grown row can hold a worker of it then (`fits_grown`) — not for more evictable
@@ -212,7 +218,7 @@ class Evictable:
         return total
 
 
-def open_parking(snapshot: Snapshot, policy, running: list[RunningTask], quota, queued) -> tuple[Parking, Evictable]:
+def open_parking(snapshot: Snapshot, policy, running: list[RunningTask], quota, queued, now: datetime) -> tuple[Parking, Evictable]:
     """The parking of this snapshot, with every head whose wait may have changed let go;
     also the evictable counts per pool (for parking this cycle's waits). `queued(task_id)`
     is (item, its priority rank now), or None when the task is no longer queued."""
@@ -232,7 +238,9 @@ def open_parking(snapshot: Snapshot, policy, running: list[RunningTask], quota, 
         if (
             found is None
             or found[0].spec is not p.spec
+            or found[1] != p.rank
             or p.cycles >= MAX_PARKED_CYCLES
+            or (p.parked_at is not None and (now - p.parked_at).total_seconds() >= MAX_PARKED_S)
             or (
                 not p.never
                 and not p.deferred
@@ -245,7 +253,7 @@ def open_parking(snapshot: Snapshot, policy, running: list[RunningTask], quota, 
     return park, counts
 
 
-def close_parking(park: Parking, working: Snapshot, decisions: list, candidates: dict, counts: Evictable, deferred: set) -> None:
+def close_parking(park: Parking, working: Snapshot, decisions: list, candidates: dict, counts: Evictable, deferred: set, now: datetime) -> None:
     """Park this cycle's plain waits; remember the capacity they were decided against.
     `candidates`: task id → (Candidate, the pools it could use, its priority rank now);
     `deferred`: the heads whose preemption planning was deferred."""
@@ -264,7 +272,7 @@ def close_parking(park: Parking, working: Snapshot, decisions: list, candidates:
         evict = 0 if never else counts.on(pools, rank)
         demand = worker_demand(cand.item.spec)
         late = d.task_id in deferred
-        park.parked[d.task_id] = Parked(cand.item.spec, cand.queue.name, pools, evict, rank, excluded, reserves, never, demand, late)
+        park.parked[d.task_id] = Parked(cand.item.spec, cand.queue.name, pools, evict, rank, excluded, reserves, never, demand, now, late)
     if park.parked:  # what the next cycle compares against (nothing to compare: nothing to copy)
         park.remember(working)
     else:
