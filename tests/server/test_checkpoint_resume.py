@@ -59,7 +59,9 @@ def _log(api: TestClient, task_id: str) -> str:
 def test_a_preempted_checkpointable_task_is_signalled_and_resumes_from_its_checkpoint(ctx: ServiceContext, demo: TestClient) -> None:
     checkpoint = {"signal": "SIGUSR1", "grace": "20s"}
     low = _submit(demo, **A100_TASK, name="ckpt-sweep", workers=2, priority="low", runtime_estimate="2h", checkpoint=checkpoint, command=STEPPER)
-    drive_until(ctx, lambda: task_state(demo, low) == "running", 30)
+    # "running" means the processes were started, not that the shell reached its trap: a signal
+    # before that kills it with nothing written (seen on a loaded CI machine). Wait for its first line.
+    drive_until(ctx, lambda: task_state(demo, low) == "running" and "started at step 0" in _log(demo, low), 30)
     ctx.clock.advance(600)  # it has run ten minutes (the test clock moves only when told)
     high = _submit(demo, **A100_TASK, name="urgent", priority="high", command="echo urgent-done")
     drive_until(ctx, lambda: task_state(demo, high) == "succeeded", timeout_s=60)
@@ -137,7 +139,9 @@ def test_a_migration_rule_moves_a_checkpointed_task_to_the_faster_pool_once_it_i
     policy = {"kind": "SchedulingPolicy", "name": "default", "wait_for_preferred": False}
     assert demo.post("/api/v1/apply", json={"documents": [queue, policy]}).status_code == 200
     eight = {"devices": {"class": "gpu", "count": 8}, "cpu": 1, "memory_gb": 1}
-    blocker = _submit(demo, name="blocker", tenant="ai-lab/nlp/llm-sft", type="training", per_worker=eight, fallback=["bj-h800"], command="sleep 2")
+    # The blocker holds the H800s until the test cancels it (a fixed sleep could end before the
+    # mover is placed on a loaded machine, and the mover would start on the H800s).
+    blocker = _submit(demo, name="blocker", tenant="ai-lab/nlp/llm-sft", type="training", per_worker=eight, fallback=["bj-h800"], command="sleep 600")
     drive_until(ctx, lambda: task_state(demo, blocker) == "running", 30)
     mover = _submit(
         demo,
@@ -150,10 +154,11 @@ def test_a_migration_rule_moves_a_checkpointed_task_to_the_faster_pool_once_it_i
         checkpoint={"signal": "SIGUSR1", "grace": "30s"},
         command=STEPPER,
     )
-    drive_until(ctx, lambda: task_state(demo, mover) == "running", 30)
+    drive_until(ctx, lambda: task_state(demo, mover) == "running" and "started at step 0" in _log(demo, mover), 30)
     time.sleep(1)  # some steps done, so a resume from step 0 would show
     assert _task(demo, mover)["placements"][0]["model"] == "nvidia-a100-80g"  # the H800s are taken
-    drive_until(ctx, lambda: task_state(demo, blocker) == "succeeded", 30)
+    demo.post(f"/api/v1/tasks/{blocker}/cancel")
+    drive_until(ctx, lambda: task_state(demo, blocker) == "cancelled", 30)
     ctx.clock.advance(400)  # the next migration round
     drive_until(ctx, lambda: _task(demo, mover)["attempt"] == 2 and "resumed from attempt 1" in _log(demo, mover), timeout_s=60)
     moved = _task(demo, mover)
