@@ -30,6 +30,7 @@ from hetpool.scheduling.preempt import PreemptionPlan, find_victims
 from hetpool.scheduling.quota_view import QuotaLedger
 from hetpool.scheduling.running import BASIS_ESTIMATE, RunningTask
 from hetpool.scheduling.snapshot import Snapshot
+from hetpool.scheduling.victim_arrays import RunningArrays
 
 RECLAIM_PREFIX = "quota reclaimed"  # how preempt.find_victims starts the reason of a reclaim
 
@@ -64,8 +65,7 @@ def plan_preemption(cx: CycleInputs, st: CycleState, cand: Candidate, fits_idle:
     # A lender within its nominal quota takes back what its cohort's borrowers hold,
     # whatever their priority (reclaim within cohort).
     ids = _reclaimable_ids(cx, st, spec) if quota and not item.quota_exempt else frozenset()
-    reclaim = (lambda r: r.id in ids) if quota and not item.quota_exempt else None
-    reclaimable = reclaim is not None and bool(ids - st.evicting)
+    reclaimable = bool(ids - st.evicting)
     if not (fits_idle and cand.rule.preemption and (reclaimable or st.preemptible_below(rank))):
         return NO_PREEMPTION
     if st.preemption_tries >= cx.policy.max_preemption_tries:
@@ -74,7 +74,7 @@ def plan_preemption(cx: CycleInputs, st: CycleState, cand: Candidate, fits_idle:
         st.preemption_deferred += 1
         return NO_PREEMPTION
     st.preemption_tries += 1
-    reclaim = reclaim if reclaimable else None
+    reclaim = ids if reclaimable else frozenset()
     plan = _victims(cx, st, cand, reclaim, only_own_or_borrowing=False)
     if plan is None or not plan.victims:
         return NO_PREEMPTION  # nothing to evict: it is not capacity held by running work that stops it
@@ -130,7 +130,7 @@ def plan_overrun_eviction(cx: CycleInputs, st: CycleState, cand: Candidate) -> P
         [r for r in st.overran if r.id in ahead],
         cx.compat_check,
         preemptor_id=item.id,
-        reclaimable=lambda r: r.id in ahead,
+        reclaimable=ahead,
         **cand.kwargs,
     )
     if plan is None or not plan.victims:
@@ -154,25 +154,29 @@ def _reclaimable_ids(cx: CycleInputs, st: CycleState, spec) -> frozenset[str]:
     return st.reclaimable[key]
 
 
-def _victims(cx: CycleInputs, st: CycleState, cand: Candidate, reclaim, *, only_own_or_borrowing: bool) -> PreemptionPlan | None:
+def _victims(cx: CycleInputs, st: CycleState, cand: Candidate, reclaim: frozenset[str], *, only_own_or_borrowing: bool) -> PreemptionPlan | None:
     """find_victims among the running work not already being evicted (with
     `only_own_or_borrowing`: only the task's own tenant's work and borrowers)."""
     spec, quota, evicting = cand.spec, cx.quota, st.evicting
 
     def allowed(r: RunningTask) -> bool:
-        if r.id in evicting or not class_allows_preemption(cx.snapshot, cx.policy, r):
+        if r.id in evicting:
             return False
         return not only_own_or_borrowing or r.tenant == spec.tenant or quota.is_borrowing(r.id)
 
+    if st.running_arrays is None:
+        # Once per cycle: running work as arrays, evictable only where its class allows preemption.
+        st.running_arrays = RunningArrays(cx.snapshot, cx.running, lambda r: class_allows_preemption(cx.snapshot, cx.policy, r))
     return find_victims(
         st.working,
         spec,
         spec.priority.rank,
-        [r for r in cx.running if r.id not in evicting],
+        cx.running,
         cx.compat_check,
         allowed=allowed,
         preemptor_id=cand.item.id,
         reclaimable=reclaim,
+        arrays=st.running_arrays,
         **cand.kwargs,
     )
 

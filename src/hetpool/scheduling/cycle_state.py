@@ -71,6 +71,7 @@ class CycleState:
     reclaimable: dict[tuple | None, frozenset[str]] = field(default_factory=dict)  # per (tenant, env, type), None: all borrowers (cycle_preempt)
     preemption_tries: int = 0  # heads that planned a preemption this cycle (policy.max_preemption_tries)
     overran: list | None = None  # running work past its own estimate, once per cycle (cycle_preempt.plan_overrun_eviction)
+    running_arrays: object = None  # the running work as victim_arrays.RunningArrays, once per cycle (cycle_preempt._victims)
     preemption_deferred: int = 0  # heads that would have, past that bound
     carried: int = 0  # heads passed over by the rotating scan (cycle.heads)
     # Parking (parking.py): the heads parked as the cycle opened, this cycle's plain waits

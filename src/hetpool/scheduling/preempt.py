@@ -14,13 +14,15 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+
+import numpy as np
 
 from hetpool.core.tasks import Priority, TaskSpec
 from hetpool.scheduling.assign import Assignment, assign, candidate_groups
 from hetpool.scheduling.filters import CompatCheck, class_matches, pool_verdict
 from hetpool.scheduling.running import RunningTask
 from hetpool.scheduling.snapshot import Allocation, Snapshot
+from hetpool.scheduling.victim_arrays import Releases, RunningArrays
 
 
 @dataclass
@@ -39,48 +41,39 @@ def find_victims(
     *,
     allowed: Callable[[RunningTask], bool] = lambda r: True,
     preemptor_id: str = "",
-    reclaimable: Callable[[RunningTask], bool] | None = None,
+    reclaimable: set[str] | frozenset[str] = frozenset(),
+    arrays: RunningArrays | None = None,
     **assign_kwargs,
 ) -> PreemptionPlan | None:
     """The fewest running tasks to evict so that `task` fits, or None if no set helps.
 
-    Candidates are preemptible, of strictly lower priority, accepted by `allowed` (the
-    caller's per-device-class policy) and hold capacity on a node the task could use.
-    They are evicted lowest priority first, then most recently started (least work
-    lost), then smallest. `snap` is not changed. If the task already fits, the plan has
-    no victims (the caller can simply admit it).
+    Candidates are preemptible, of strictly lower priority (or in `reclaimable`: evicted
+    first), accepted by `allowed` (the caller's policy) and hold capacity on a node the
+    task could use. They are evicted lowest priority first, then most recently started
+    (least work lost), then smallest. `snap` is not changed. If the task already fits,
+    the plan has no victims (the caller can simply admit it). `arrays`: `running` as
+    victim_arrays.RunningArrays, when the caller keeps them for many plans (a cycle does).
     """
-    usable_nodes = _usable_nodes(snap, task, compat_check, assign_kwargs.get("allowed_pools"))
-    # `reclaimable`: work borrowing the preemptor's quota, evictable whatever its priority
-    # and evicted first.
-    reclaim = reclaimable or (lambda r: False)
-    candidates = [
-        r
-        for r in running
-        if r.preemptible
-        and (r.priority_rank < task_priority_rank or reclaim(r))
-        and any(a.node in usable_nodes for a in r.allocations)
-        and allowed(r)
-    ]
-    candidates.sort(key=lambda r: (not reclaim(r), r.priority_rank, -_timestamp(r.started_at), _size(r), r.id))
+    usable = _usable_node_mask(snap, task, compat_check, assign_kwargs.get("allowed_pools"))
+    # `reclaimable`: ids of work borrowing the preemptor's quota, evictable whatever its
+    # priority and evicted first.
+    arrays = arrays if arrays is not None else RunningArrays(snap, running)
+    positions = [int(i) for i in arrays.candidates(usable, task_priority_rank, reclaimable) if allowed(arrays.tasks[i])]
+    positions.sort(key=lambda i: (arrays.tasks[i].id not in reclaimable, arrays.order_key(i)))
+    candidates = [arrays.tasks[i] for i in positions]
+    releases = arrays.releases(positions)
 
-    scratch = snap.copy()
-    result = assign(scratch, task, compat_check, **assign_kwargs)
+    result = assign(snap, task, compat_check, **assign_kwargs)
     if result.feasible:
         return PreemptionPlan(victims=[], assignment=result, reason=f"{_who(task, preemptor_id)} fits without preemption")
 
     # One placement with every candidate gone rejects hopeless cases (an incompatible
     # framework, a gang larger than the pools) before paying for the incremental pass.
-    everything = snap.copy()
-    for victim in candidates:
-        _release(everything, victim)
-    if not candidates or not assign(everything, task, compat_check, **assign_kwargs).feasible:
+    if not candidates or not assign(releases.released(snap, len(candidates)), task, compat_check, **assign_kwargs).feasible:
         return None
 
-    chosen = _shortest_prefix(snap, task, candidates, compat_check, assign_kwargs)
-    scratch = snap.copy()
-    for victim in chosen:
-        _release(scratch, victim)
+    chosen = candidates[: _shortest_prefix(snap, task, releases, len(candidates), compat_check, assign_kwargs)]
+    scratch = releases.released(snap, len(chosen))
 
     # Minimise. The last victim is always needed: without it the task did not fit a
     # moment ago. Every earlier one is put back in turn and stays back if the task
@@ -98,33 +91,28 @@ def find_victims(
     # `scratch` now holds exactly the final victims released; place on it for the plan.
     final = assign(scratch, task, compat_check, **assign_kwargs)
     reason = _reason(snap, task, task_priority_rank, victims, preemptor_id)
-    if any(reclaim(v) for v in victims):
+    if any(v.id in reclaimable for v in victims):
         reason = f"quota reclaimed by {task.tenant}: " + reason
     return PreemptionPlan(victims=victims, assignment=final, reason=reason)
 
 
-def _shortest_prefix(
-    snap: Snapshot, task: TaskSpec, candidates: list[RunningTask], compat_check: CompatCheck, assign_kwargs: dict
-) -> list[RunningTask]:
-    """The shortest prefix of `candidates` (in eviction order) whose release lets `task`
-    fit, given that the whole list does. Binary search: releasing more only frees more, so
-    fitting is monotone in the prefix length — log2(n) placements instead of n (a busy
-    estate offers hundreds of candidates)."""
-    lo, hi = 1, len(candidates)  # hi: known to fit
+def _shortest_prefix(snap: Snapshot, task: TaskSpec, releases: Releases, count: int, compat_check: CompatCheck, assign_kwargs: dict) -> int:
+    """The length of the shortest prefix of the candidates (in eviction order) whose release
+    lets `task` fit, given that all `count` do. Binary search: releasing more only frees
+    more, so fitting is monotone in the prefix length — log2(n) placements instead of n (a
+    busy estate offers hundreds of candidates)."""
+    lo, hi = 1, count  # hi: known to fit
     while lo < hi:
         mid = (lo + hi) // 2
-        trial = snap.copy()
-        for victim in candidates[:mid]:
-            _release(trial, victim)
-        if assign(trial, task, compat_check, **assign_kwargs).feasible:
+        if assign(releases.released(snap, mid), task, compat_check, **assign_kwargs).feasible:
             hi = mid
         else:
             lo = mid + 1
-    return candidates[:hi]
+    return hi
 
 
-def _usable_nodes(snap: Snapshot, task: TaskSpec, compat_check: CompatCheck, allowed_pools: set[str] | None = None) -> set[str]:
-    """Nodes with a row in a pool the task could run on at all (capacity aside).
+def _usable_node_mask(snap: Snapshot, task: TaskSpec, compat_check: CompatCheck, allowed_pools: set[str] | None = None) -> np.ndarray:
+    """Per node: has it a row in a pool the task could run on at all (capacity aside)?
 
     Mirrors assign's pool-level filtering. Nodes rather than pools: CPU and host memory
     belong to the node, so a victim on another pool of the same node can still free
@@ -133,7 +121,7 @@ def _usable_nodes(snap: Snapshot, task: TaskSpec, compat_check: CompatCheck, all
     demand = task.per_worker.devices
     device_class = demand.device_class if demand is not None else None
     use_class = not (task.fallback or task.any_of or (demand is not None and demand.models))
-    nodes: set[str] = set()
+    usable = np.zeros(len(snap.node_names), dtype=np.float64)  # 0/1, as bincount weights
     for group in candidate_groups(snap, task):
         for index in group.pools:
             pool = snap.pools[index]
@@ -143,25 +131,12 @@ def _usable_nodes(snap: Snapshot, task: TaskSpec, compat_check: CompatCheck, all
                 continue  # outside the task's queue: evicting there can never help
             if not pool_verdict(pool, task, compat_check).ok:
                 continue
-            nodes.update(snap.node_names[int(snap.row_node[r])] for r in pool.rows)
-    return nodes
-
-
-def _timestamp(when: datetime) -> float:
-    return when.timestamp()
+            usable[snap.row_node[np.asarray(pool.rows, dtype=np.int64)]] = 1.0
+    return usable
 
 
 def _devices(a: Allocation) -> float:
     return len(a.device_indices) * a.device_fraction
-
-
-def _size(r: RunningTask) -> tuple[float, float, float]:
-    """Devices, then CPU, then memory held: evicting less disturbs less."""
-    return (
-        sum(_devices(a) for a in r.allocations),
-        sum(a.cpu for a in r.allocations),
-        sum(a.memory_gb for a in r.allocations),
-    )
 
 
 def _apply(snap: Snapshot, victim: RunningTask, sign: float) -> None:
