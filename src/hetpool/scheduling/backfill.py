@@ -124,13 +124,25 @@ def may_use_reserved(task: TaskSpec, reservation: Reservation, now: datetime, mo
     must be preemptible: should its estimate prove wrong, it gives way to the head once it
     has overrun it (cycle_preempt.plan_overrun_eviction, the backfill bound).
     """
-    if reservation.start_at is None or task.runtime_estimate_s is None or not task.preemptible:
-        return False
+    return ends_before(slowest_runtime_s(task, models), reservation, now)
+
+
+def slowest_runtime_s(task: TaskSpec, models: dict[str, DeviceModelSpec]) -> float | None:
+    """The task's runtime on the slowest device it could get; None: it may never backfill
+    reserved nodes (no estimate, or not preemptible). Depends on the task alone."""
+    if task.runtime_estimate_s is None or not task.preemptible:
+        return None
     demand = task.per_worker.devices
     named = [models[m] for m in (task.candidates or (demand.models if demand else [])) if m in models]
     if demand is not None and not named:
         named = [m for m in models.values() if m.device_class == demand.device_class]
-    seconds = max((runtime_on(task, m) or 0.0) for m in named) if named else task.runtime_estimate_s
+    return max((runtime_on(task, m) or 0.0) for m in named) if named else task.runtime_estimate_s
+
+
+def ends_before(seconds: float | None, reservation: Reservation, now: datetime) -> bool:
+    """Does work of `seconds` (slowest_runtime_s) started now end before the reserved start?"""
+    if reservation.start_at is None or seconds is None:
+        return False
     return now + timedelta(seconds=seconds) <= reservation.start_at
 
 

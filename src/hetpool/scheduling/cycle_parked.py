@@ -10,7 +10,7 @@ import numpy as np
 
 from hetpool.core.policy import QueueSpec
 from hetpool.core.tasks import TaskSpec
-from hetpool.scheduling.backfill import Reservation, may_use_reserved
+from hetpool.scheduling.backfill import Reservation, ends_before, slowest_runtime_s
 from hetpool.scheduling.cycle_state import Candidate, CycleInputs, CycleState, idle_key
 from hetpool.scheduling.parking import fits_grown, usable_pools
 
@@ -80,8 +80,9 @@ def _fits(st: CycleState, rows: np.ndarray | None, parked, rows_key=None) -> boo
 
 
 def may_use(cx: CycleInputs, st: CycleState, spec: TaskSpec, reservation: Reservation) -> bool:
-    # Memoised: the answer depends only on the task's shape and runtime estimate.
-    key = (spec.placement_shape, spec.runtime_estimate, reservation.task_id)
-    if key not in st.may_use:
-        st.may_use[key] = may_use_reserved(spec, reservation, cx.now, cx.models)
-    return st.may_use[key]
+    """backfill.may_use_reserved, memoised: the slowest runtime once per shape and estimate
+    (the costly part: a runtime per device model it could get), then one comparison per reservation."""
+    key = (spec.placement_shape, spec.runtime_estimate)
+    if key not in st.slowest_runtime:
+        st.slowest_runtime[key] = slowest_runtime_s(spec, cx.models)
+    return ends_before(st.slowest_runtime[key], reservation, cx.now)

@@ -61,6 +61,7 @@ class FairShare:
         self.used: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
         self._shares: dict[str, float] = {}  # cached until the tenant's usage changes
         self._versions: dict[str, int] = defaultdict(int)
+        self.epoch = 0  # changes whenever any tenant's usage does
 
     def version(self, tenant: str) -> int:
         """Changes whenever the tenant's usage does (for callers that cache shares)."""
@@ -69,6 +70,7 @@ class FairShare:
     def add(self, tenant: str, accel_units: float, cpu: float, memory_gb: float) -> None:
         self._shares.pop(tenant, None)
         self._versions[tenant] += 1
+        self.epoch += 1
         used = self.used[tenant]
         used[0] += accel_units
         used[1] += cpu
@@ -160,6 +162,10 @@ class QueueOrder:
         self.heaps: dict[tuple[str, int], list] = defaultdict(list)
         self.blocked: set[str] = set()
         self.where: dict[str, tuple[str, int, str, _Entry]] = {}  # task id → (queue, level, tenant, entry): see take(), entry()
+        # Per queue: its best head and the fair-share epoch it was found at. A pop changes
+        # only the popped queue's head, and an admission (which changes shares) is rare next
+        # to the heads passed over, so most pops look at one queue's heaps, not every queue's.
+        self._heads: dict[str, tuple] = {}
         rows.sort(key=lambda row: (row[1], row[2]))  # age, then id (a total order)
         for queue, queued_at, task_id, rank, tenant, item in rows:
             self.queues[queue.name] = queue
@@ -210,16 +216,22 @@ class QueueOrder:
 
     def pop(self):
         """(queue, item) with the best head over all queues, or None when all are empty."""
-        best = None
+        best, epoch = None, self.fair.epoch
         for name in self.lines:
             if name in self.blocked:
                 continue
-            head = self._head(name)
+            cached = self._heads.get(name)
+            if cached is not None and cached[1] == epoch:
+                head = cached[0]
+            else:
+                head = self._head(name)
+                self._heads[name] = (head, epoch)
             if head is not None and (best is None or head[0] < best[0]):
                 best = (*head, name)
         if best is None:
             return None
         _, level, tenant, name = best
+        del self._heads[name]
         heapq.heappop(self.heaps[(name, level)])
         entry = self.lines[name][level][tenant].popleft()
         self._push(name, level, tenant)
@@ -237,6 +249,7 @@ class QueueOrder:
         if entry is None or (level == _FIFO_LEVEL and line[0] is not entry):
             return None  # a FIFO queue never lets a task overtake its head
         line.remove(entry)  # its heap entry, if it led the line, goes stale (see _head)
+        self._heads.pop(name, None)
         return self.queues[name], entry.item
 
     def entry(self, task_id: str):
