@@ -22,6 +22,7 @@ from hetpool.scheduling.explain import Explanation, Reason, from_assignment
 from hetpool.scheduling.filters import CompatCheck
 from hetpool.scheduling.running import BASIS_ESTIMATE, RunningTask
 from hetpool.scheduling.snapshot import Snapshot
+from hetpool.scheduling.victim_arrays import give_back, held_of
 
 MAX_RELEASES = 512  # bound the what-if walk; beyond this the head keeps a node reservation only
 
@@ -65,11 +66,11 @@ def earliest_fit(
     if not ending:
         return None, None
     scratch, done = snap.copy(), 0  # `scratch` has the first `done` endings released
+    held = [held_of(snap, r) for r in ending]
 
     def advance(to: int) -> None:
         nonlocal done
-        for r in ending[done:to]:
-            release_running(scratch, r)
+        give_back(scratch, held[done:to])
         done = to
 
     low, k = 0, 1  # invariant: the first `low` endings are not enough
@@ -88,8 +89,7 @@ def earliest_fit(
     while lo <= hi:
         mid = (lo + hi) // 2
         probe = base.copy()
-        for r in ending[low:mid]:
-            release_running(probe, r)
+        give_back(probe, held[low:mid])
         trial = assign(probe, task, compat_check, **assign_kwargs)
         if trial.feasible:
             best, best_result, hi = mid, trial, mid - 1

@@ -17,6 +17,7 @@ adds in index order, so the sums are those of the loop).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
@@ -35,11 +36,10 @@ def held_size(r: RunningTask) -> tuple[float, float, float]:
     )
 
 
-def _offsets(owner: list[int], count: int) -> np.ndarray:
-    """CSR offsets of entries appended in owner order: entries of task i are [off[i], off[i+1])."""
-    off = np.zeros(count + 1, dtype=np.int64)
-    if owner:
-        np.cumsum(np.bincount(np.asarray(owner, dtype=np.int64), minlength=count), out=off[1:])
+def _offsets_of(lengths: np.ndarray) -> np.ndarray:
+    """CSR offsets from per-task entry counts: entries of task i are [off[i], off[i+1])."""
+    off = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=off[1:])
     return off
 
 
@@ -50,6 +50,74 @@ def _gather(off: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     np.cumsum(lengths, out=ends[1:])
     starts = np.repeat(off[order] - ends[:-1], lengths)
     return starts + np.arange(int(ends[-1]), dtype=np.int64), ends
+
+
+class Held(NamedTuple):
+    """One running task's capacity on a snapshot: node entries (CPU, memory) and device
+    entries (row, device index, fraction), in the order of its allocations."""
+
+    node: np.ndarray
+    cpu: np.ndarray
+    mem: np.ndarray
+    dev_row: np.ndarray
+    dev_col: np.ndarray
+    dev_frac: np.ndarray
+
+
+HELD_CACHE_LIMIT = 200_000  # tasks whose Held is kept with a snapshot (a bound on memory)
+
+
+def held_of(snap: Snapshot, r: RunningTask) -> Held:
+    """`r`'s capacity as arrays, kept with the snapshot (shared by its copies) across cycles:
+    a task's allocations never change while it runs (the tuple's identity is checked)."""
+    cached = snap.held_cache.get(r.id)
+    if cached is not None and (cached[0] is r.allocations or cached[0] == r.allocations):  # the server rebuilds them each pass
+        return cached[1]
+    node, cpu, mem, dev_row, dev_col, dev_frac = [], [], [], [], [], []
+    lengths = snap.dev_free.lengths
+    for a in r.allocations:
+        n = snap.node_by_name.get(a.node)
+        if n is None:
+            continue  # a node gone from the inventory holds nothing here
+        node.append(n)
+        cpu.append(a.cpu)
+        mem.append(a.memory_gb)
+        row = snap.row_of(a.node, a.pool)
+        if row is None or not a.device_indices:
+            continue  # a pool gone from the inventory: only the node's CPU and memory were charged
+        for col in a.device_indices:
+            if 0 <= col < lengths[row]:
+                dev_row.append(row)
+                dev_col.append(col)
+                dev_frac.append(a.device_fraction)
+    as_int, as_float = (lambda v: np.asarray(v, dtype=np.int64)), (lambda v: np.asarray(v, dtype=np.float64))
+    held = Held(as_int(node), as_float(cpu), as_float(mem), as_int(dev_row), as_int(dev_col), as_float(dev_frac))
+    if len(snap.held_cache) >= HELD_CACHE_LIMIT:
+        snap.held_cache.clear()
+    snap.held_cache[r.id] = (r.allocations, held)
+    return held
+
+
+def _joined(helds: list[Held]) -> Held:
+    if not helds:
+        return Held(*(np.zeros(0, dtype=t) for t in (np.int64, np.float64, np.float64, np.int64, np.int64, np.float64)))
+    return Held(*(np.concatenate(parts) for parts in zip(*helds, strict=True)))
+
+
+def give_back(snap: Snapshot, held: Held | list[Held], count: tuple[int, int] | None = None) -> None:
+    """Release capacity on `snap` in place: one numpy step for many tasks, the same sums as
+    `Snapshot.release` per allocation. `count`: only the first (node, device) entries."""
+    h = _joined(held) if isinstance(held, list) else held
+    nodes, devs = count if count is not None else (len(h.node), len(h.dev_row))
+    np.add.at(snap.free_cpu, h.node[:nodes], h.cpu[:nodes])
+    np.add.at(snap.free_mem, h.node[:nodes], h.mem[:nodes])
+    if devs:
+        rows = h.dev_row[:devs]
+        np.add.at(snap.dev_free.data, (rows, h.dev_col[:devs]), h.dev_frac[:devs])
+        touched = np.unique(rows)
+        whole = (snap.dev_free.data[touched] >= WHOLE).sum(axis=1).astype(snap.row_free_whole.dtype)
+        np.add.at(snap.pool_free_whole, snap.row_pool[touched], whole - snap.row_free_whole[touched])
+        snap.row_free_whole[touched] = whole
 
 
 class RunningArrays:
@@ -63,33 +131,13 @@ class RunningArrays:
         # Preemptible, and evictable where its devices are (`eligible`: the class policy, once per cycle).
         self.eligible = np.fromiter((r.preemptible and eligible(r) for r in self.tasks), dtype=bool, count=count)
         self._keys: list[tuple | None] = [None] * count
-        node_owner, node, cpu, mem = [], [], [], []
-        dev_owner, dev_row, dev_col, dev_frac = [], [], [], []
-        lengths = snap.dev_free.lengths
-        for i, r in enumerate(self.tasks):
-            for a in r.allocations:
-                n = snap.node_by_name.get(a.node)
-                if n is None:
-                    continue  # a node gone from the inventory holds nothing here
-                node_owner.append(i)
-                node.append(n)
-                cpu.append(a.cpu)
-                mem.append(a.memory_gb)
-                row = snap.row_of(a.node, a.pool)
-                if row is None or not a.device_indices:
-                    continue  # a pool gone from the inventory: only the node's CPU and memory were charged
-                for col in a.device_indices:
-                    if 0 <= col < lengths[row]:
-                        dev_owner.append(i)
-                        dev_row.append(row)
-                        dev_col.append(col)
-                        dev_frac.append(a.device_fraction)
-        self.node_off, self.dev_off = _offsets(node_owner, count), _offsets(dev_owner, count)
-        self.node_owner = np.asarray(node_owner, dtype=np.int64)
-        self.node = np.asarray(node, dtype=np.int64)
-        self.cpu, self.mem = np.asarray(cpu, dtype=np.float64), np.asarray(mem, dtype=np.float64)
-        self.dev_row, self.dev_col = np.asarray(dev_row, dtype=np.int64), np.asarray(dev_col, dtype=np.int64)
-        self.dev_frac = np.asarray(dev_frac, dtype=np.float64)
+        helds = [held_of(snap, r) for r in self.tasks]
+        self.node_off = _offsets_of(np.fromiter((len(h.node) for h in helds), dtype=np.int64, count=count))
+        self.dev_off = _offsets_of(np.fromiter((len(h.dev_row) for h in helds), dtype=np.int64, count=count))
+        joined = _joined(helds)
+        self.node_owner = np.repeat(np.arange(count, dtype=np.int64), np.diff(self.node_off))
+        self.node, self.cpu, self.mem = joined.node, joined.cpu, joined.mem
+        self.dev_row, self.dev_col, self.dev_frac = joined.dev_row, joined.dev_col, joined.dev_frac
 
     def candidates(self, usable_node: np.ndarray, below_rank: int, also: set[str] | frozenset[str] = frozenset()) -> np.ndarray:
         """Positions of the eligible tasks of a rank below `below_rank` (or in `also`) that
@@ -121,20 +169,10 @@ class Releases:
     def __init__(self, arrays: RunningArrays, order: np.ndarray) -> None:
         nodes, self.node_end = _gather(arrays.node_off, order)
         devs, self.dev_end = _gather(arrays.dev_off, order)
-        self.node, self.cpu, self.mem = arrays.node[nodes], arrays.cpu[nodes], arrays.mem[nodes]
-        self.dev_row, self.dev_col, self.dev_frac = arrays.dev_row[devs], arrays.dev_col[devs], arrays.dev_frac[devs]
+        self.held = Held(arrays.node[nodes], arrays.cpu[nodes], arrays.mem[nodes], arrays.dev_row[devs], arrays.dev_col[devs], arrays.dev_frac[devs])
 
     def released(self, snap: Snapshot, k: int) -> Snapshot:
         """A copy of `snap` with the first `k` tasks' capacity given back."""
         out = snap.copy()
-        nodes, devs = int(self.node_end[k]), int(self.dev_end[k])
-        np.add.at(out.free_cpu, self.node[:nodes], self.cpu[:nodes])
-        np.add.at(out.free_mem, self.node[:nodes], self.mem[:nodes])
-        if devs:
-            rows = self.dev_row[:devs]
-            np.add.at(out.dev_free.data, (rows, self.dev_col[:devs]), self.dev_frac[:devs])
-            touched = np.unique(rows)
-            whole = (out.dev_free.data[touched] >= WHOLE).sum(axis=1).astype(out.row_free_whole.dtype)
-            np.add.at(out.pool_free_whole, out.row_pool[touched], whole - out.row_free_whole[touched])
-            out.row_free_whole[touched] = whole
+        give_back(out, self.held, (int(self.node_end[k]), int(self.dev_end[k])))
         return out
