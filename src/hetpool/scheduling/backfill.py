@@ -53,6 +53,20 @@ def release_running(snap: Snapshot, task: RunningTask) -> None:
             snap.free_mem[n] += a.memory_gb
 
 
+# Up to this many tasks are given back one allocation at a time: numpy's fixed cost per
+# call is more than the loop's for a few (a small estate's reservation search), less for many.
+LOOP_RELEASE_MAX = 8
+
+
+def release_all(snap: Snapshot, tasks: list[RunningTask]) -> None:
+    """Give back every task's capacity on `snap` (in place)."""
+    if len(tasks) <= LOOP_RELEASE_MAX:
+        for r in tasks:
+            release_running(snap, r)
+    else:
+        give_back(snap, [held_of(snap, r) for r in tasks])
+
+
 def earliest_fit(
     snap: Snapshot, task: TaskSpec, running: list[RunningTask], compat_check: CompatCheck, now: datetime, **assign_kwargs
 ) -> tuple[datetime | None, Assignment | None]:
@@ -66,11 +80,10 @@ def earliest_fit(
     if not ending:
         return None, None
     scratch, done = snap.copy(), 0  # `scratch` has the first `done` endings released
-    held = [held_of(snap, r) for r in ending]
 
     def advance(to: int) -> None:
         nonlocal done
-        give_back(scratch, held[done:to])
+        release_all(scratch, ending[done:to])
         done = to
 
     low, k = 0, 1  # invariant: the first `low` endings are not enough
@@ -89,7 +102,7 @@ def earliest_fit(
     while lo <= hi:
         mid = (lo + hi) // 2
         probe = base.copy()
-        give_back(probe, held[low:mid])
+        release_all(probe, ending[low:mid])
         trial = assign(probe, task, compat_check, **assign_kwargs)
         if trial.feasible:
             best, best_result, hi = mid, trial, mid - 1

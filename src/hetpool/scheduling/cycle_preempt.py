@@ -24,12 +24,13 @@ from datetime import datetime
 
 from hetpool.core.policy import SchedulingPolicySpec
 from hetpool.scheduling.assign import assign
+from hetpool.scheduling.backfill import release_all
 from hetpool.scheduling.cycle_state import Candidate, CycleInputs, CycleState, held_by
 from hetpool.scheduling.preempt import PreemptionPlan, find_victims
 from hetpool.scheduling.quota_view import QuotaLedger
 from hetpool.scheduling.running import BASIS_ESTIMATE, RunningTask
 from hetpool.scheduling.snapshot import Snapshot
-from hetpool.scheduling.victim_arrays import RunningArrays, give_back, held_of
+from hetpool.scheduling.victim_arrays import RunningArrays
 
 RECLAIM_PREFIX = "quota reclaimed"  # how preempt.find_victims starts the reason of a reclaim
 
@@ -200,7 +201,7 @@ def quota_blocks_plan(quota: QuotaLedger, spec, plan: PreemptionPlan) -> str:
 def fits_after_release(working: Snapshot, spec, releasing: list[RunningTask], compat_check, kwargs: dict) -> bool:
     """Would the task fit once the work already being preempted has given its devices back?"""
     scratch = working.copy()
-    give_back(scratch, [held_of(working, r) for r in releasing])
+    release_all(scratch, releasing)
     return assign(scratch, spec, compat_check, **kwargs).feasible
 
 

@@ -233,10 +233,16 @@ class _Forecast:
 
     def run(self) -> None:
         t, first = self.now, True
+        watched: set[int] = set()  # the pools some pending task could use
         while True:
             dirty = self.release_until(t)
-            if dirty or first:
+            # A walk in which nothing any pending task could use was freed (and no held-back
+            # task woke) would skip every task: most ends on a large estate free such pools.
+            if first or WAKE in dirty or not watched.isdisjoint(dirty):
+                before = len(self.pending)
                 self.walk(t, dirty)
+                if first or len(self.pending) != before:  # tasks started (or dropped out): fewer pools to watch
+                    watched = set().union(*(p.pools for p in self.pending))
             first = False
             if not self.pending or not self.events:
                 break
