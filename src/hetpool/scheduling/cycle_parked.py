@@ -83,6 +83,9 @@ def may_use(cx: CycleInputs, st: CycleState, spec: TaskSpec, reservation: Reserv
     """backfill.may_use_reserved, memoised: the slowest runtime once per shape and estimate
     (the costly part: a runtime per device model it could get), then one comparison per reservation."""
     key = (spec.placement_shape, spec.runtime_estimate)
-    if key not in st.slowest_runtime:
-        st.slowest_runtime[key] = slowest_runtime_s(spec, cx.models)
-    return ends_before(st.slowest_runtime[key], reservation, cx.now)
+    answer = st.may_use.get((key, reservation.task_id))
+    if answer is None:
+        if key not in st.slowest_runtime:
+            st.slowest_runtime[key] = slowest_runtime_s(spec, cx.models)
+        answer = st.may_use[(key, reservation.task_id)] = ends_before(st.slowest_runtime[key], reservation, cx.now)
+    return answer

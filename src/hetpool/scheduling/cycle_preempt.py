@@ -160,13 +160,12 @@ def _victims(cx: CycleInputs, st: CycleState, cand: Candidate, reclaim: frozense
     spec, quota, evicting = cand.spec, cx.quota, st.evicting
 
     def allowed(r: RunningTask) -> bool:
-        if r.id in evicting:
+        if r.id in evicting or not class_allows_preemption(cx.snapshot, cx.policy, r):
             return False
         return not only_own_or_borrowing or r.tenant == spec.tenant or quota.is_borrowing(r.id)
 
     if st.running_arrays is None:
-        # Once per cycle: running work as arrays, evictable only where its class allows preemption.
-        st.running_arrays = RunningArrays(cx.snapshot, cx.running, lambda r: class_allows_preemption(cx.snapshot, cx.policy, r))
+        st.running_arrays = RunningArrays(cx.snapshot, cx.running)  # once per cycle
     return find_victims(
         st.working,
         spec,

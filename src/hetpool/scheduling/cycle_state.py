@@ -93,6 +93,7 @@ class CycleState:
     # counts the work already waiting for the same devices: see backfill.prefer_waiting).
     admitted_now: list[RunningTask] = field(default_factory=list)
     slowest_runtime: dict[tuple, float | None] = field(default_factory=dict)  # per shape and estimate (cycle_parked.may_use)
+    may_use: dict[tuple, bool] = field(default_factory=dict)  # per shape, estimate and reservation (cycle_parked.may_use)
     banked: dict[str, float] = field(default_factory=dict)  # device-seconds waiting for each preferred model (see backfill.prefer_waiting)
     by_pool: dict[str, list[RunningTask]] = field(default_factory=dict)  # running work (and this cycle's admissions) per pool
     borrowers: list[tuple[QueueSpec, QueuedTask]] = field(default_factory=list)

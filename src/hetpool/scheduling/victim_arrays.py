@@ -132,8 +132,8 @@ class RunningArrays:
         self.eligible = np.fromiter((r.preemptible and eligible(r) for r in self.tasks), dtype=bool, count=count)
         self._keys: list[tuple | None] = [None] * count
         helds = [held_of(snap, r) for r in self.tasks]
-        self.node_off = _offsets_of(np.fromiter((len(h.node) for h in helds), dtype=np.int64, count=count))
-        self.dev_off = _offsets_of(np.fromiter((len(h.dev_row) for h in helds), dtype=np.int64, count=count))
+        self.node_off = _offsets_of(np.array([len(h.node) for h in helds], dtype=np.int64))
+        self.dev_off = _offsets_of(np.array([len(h.dev_row) for h in helds], dtype=np.int64))
         joined = _joined(helds)
         self.node_owner = np.repeat(np.arange(count, dtype=np.int64), np.diff(self.node_off))
         self.node, self.cpu, self.mem = joined.node, joined.cpu, joined.mem
