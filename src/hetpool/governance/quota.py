@@ -66,6 +66,7 @@ class QuotaBook:
         self._cohorts: dict[str, list[QuotaSpec]] = {}
         self._applicable: dict[tuple[str, str, str], list[QuotaSpec]] = {}
         self._fastest_of: dict[str, float] = {}
+        self._cohort_keys: dict[tuple[str, str, str], frozenset[str]] = {}  # (tenant, env, type) → its quotas' cohorts (reclaimable_by)
         for q in self.quotas.values():
             key = self._cohort_key(q)
             self._cohorts.setdefault(key, []).append(q)
@@ -278,9 +279,14 @@ class QuotaBook:
         victim = self.charged.get(victim_id)
         if victim is None or not victim.borrowing:
             return False
-        mine = {self._cohort_key(q) for q in self.applicable(spec.tenant, spec.env.value, spec.task_type.value)}
-        theirs = {self._cohort_key(self.quotas[name]) for name, _ in victim.amounts}
-        return bool(mine & theirs) and victim.tenant != spec.tenant
+        if victim.tenant == spec.tenant:
+            return False
+        # Asked for every borrower by each lender of a cycle: the cohorts are the book's constants.
+        key = (spec.tenant, spec.env.value, spec.task_type.value)
+        mine = self._cohort_keys.get(key)
+        if mine is None:
+            mine = self._cohort_keys[key] = frozenset(self._cohort_key(q) for q in self.applicable(*key))
+        return any(self._cohort_key(self.quotas[name]) in mine for name, _ in victim.amounts)
 
     def usage(self) -> list[dict]:
         """Per quota and resource: nominal, used, borrowed (over nominal), lent (own idle

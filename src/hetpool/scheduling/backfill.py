@@ -53,6 +53,11 @@ def release_running(snap: Snapshot, task: RunningTask) -> None:
             snap.free_mem[n] += a.memory_gb
 
 
+def by_end(running: list[RunningTask]) -> list[RunningTask]:
+    """The work with an expected end, soonest first (the order earliest_fit releases it in)."""
+    return sorted((r for r in running if r.expected_end is not None), key=lambda r: r.expected_end)
+
+
 # Up to this many tasks are given back one allocation at a time: numpy's fixed cost per
 # call is more than the loop's for a few (a small estate's reservation search), less for many.
 LOOP_RELEASE_MAX = 8
@@ -68,7 +73,7 @@ def release_all(snap: Snapshot, tasks: list[RunningTask]) -> None:
 
 
 def earliest_fit(
-    snap: Snapshot, task: TaskSpec, running: list[RunningTask], compat_check: CompatCheck, now: datetime, **assign_kwargs
+    snap: Snapshot, task: TaskSpec, running: list[RunningTask], compat_check: CompatCheck, now: datetime, *, ordered: bool = False, **assign_kwargs
 ) -> tuple[datetime | None, Assignment | None]:
     """When `task` could first start as running work ends in expected order, and where.
 
@@ -76,7 +81,8 @@ def earliest_fit(
     monotone in k: a doubling search finds a k that fits, then a binary search between
     the last two probes finds the smallest — O(log n) placement attempts, not O(n).
     """
-    ending = sorted((r for r in running if r.expected_end is not None), key=lambda r: r.expected_end)[:MAX_RELEASES]
+    # `ordered`: `running` is already the work with an end, by end (by_end).
+    ending = (running if ordered else by_end(running))[:MAX_RELEASES]
     if not ending:
         return None, None
     scratch, done = snap.copy(), 0  # `scratch` has the first `done` endings released
@@ -199,7 +205,17 @@ def preferred_only(spec: TaskSpec) -> TaskSpec:
 
 
 def prefer_waiting(
-    working, spec, result, by_pool, compat_check, now, models, kwargs, banked: dict[str, float], promise: PreferredWait | None = None
+    working,
+    spec,
+    result,
+    by_pool,
+    compat_check,
+    now,
+    models,
+    kwargs,
+    banked: dict[str, float],
+    promise: PreferredWait | None = None,
+    ending_memo: dict | None = None,
 ) -> Explanation | None:
     """Wait for the preferred (first) candidate when it would finish before the substitute.
 
@@ -220,8 +236,14 @@ def prefer_waiting(
     # Only work on the preferred devices' pools can free them (host CPU and memory aside).
     wanted = set(spec.fallback[:1]) | set(spec.per_worker.devices.models if spec.per_worker.devices else [])
     pools = [p.name for p in working.pools if p.name in wanted or p.model.name in wanted]
-    relevant = list({id(r): r for pool in pools for r in by_pool.get(pool, ())}.values())
-    start, pref = earliest_fit(working, preferred, relevant, compat_check, now, **kwargs)
+    # The work on those pools by end, once per cycle while it stays the same (`ending_memo`, the
+    # cycle's: the lists of `by_pool` only grow within a cycle, as work is admitted).
+    memo = {} if ending_memo is None else ending_memo
+    key = (tuple(pools), tuple(len(by_pool.get(pool, ())) for pool in pools))
+    if key not in memo:
+        memo[key] = by_end(list({id(r): r for pool in pools for r in by_pool.get(pool, ())}.values()))
+    relevant = memo[key]
+    start, pref = earliest_fit(working, preferred, relevant, compat_check, now, ordered=True, **kwargs)
     if pref is None:
         return None
     model_name = pref.placements[0].model

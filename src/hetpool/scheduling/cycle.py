@@ -404,7 +404,9 @@ def fit(cx: CycleInputs, st: CycleState, cand: Candidate) -> Assignment | None:
     if result.feasible and result.fallback_used and cx.policy.wait_for_preferred and spec.ordered and spec.runtime_estimate_s:
         release(working, result)
         promise = cand.item.preferred_wait
-        waited = prefer_waiting(working, spec, result, st.by_pool, cx.compat_check, cx.now, cx.models, cand.target_kwargs, st.banked, promise)
+        waited = prefer_waiting(
+            working, spec, result, st.by_pool, cx.compat_check, cx.now, cx.models, cand.target_kwargs, st.banked, promise, st.ending_memo
+        )
         if waited is None:
             take(working, result)
         else:

@@ -94,6 +94,7 @@ class CycleState:
     admitted_now: list[RunningTask] = field(default_factory=list)
     slowest_runtime: dict[tuple, float | None] = field(default_factory=dict)  # per shape and estimate (cycle_parked.may_use)
     may_use: dict[tuple, bool] = field(default_factory=dict)  # per shape, estimate and reservation (cycle_parked.may_use)
+    ending_memo: dict = field(default_factory=dict)  # per preferred pools: the work on them by end (backfill.prefer_waiting)
     banked: dict[str, float] = field(default_factory=dict)  # device-seconds waiting for each preferred model (see backfill.prefer_waiting)
     by_pool: dict[str, list[RunningTask]] = field(default_factory=dict)  # running work (and this cycle's admissions) per pool
     borrowers: list[tuple[QueueSpec, QueuedTask]] = field(default_factory=list)
