@@ -10,12 +10,15 @@ In the "shared-engines" xdist group (tests/conftest.py): the victim takes a whol
 
 from __future__ import annotations
 
+import json
 import re
 import time
+import uuid
 
 import pytest
 
 from tests.engines.test_engine_faults import RAY_ADDRESS, SLURM_CONF, _api, _submit, _tasks, _until, server  # noqa: F401 (fixture)
+from tests.engines.test_ray_inventory import _ray_sh
 from tests.server.test_checkpoint_resume import STEPPER, STEPPER_FOR
 
 ENGINES = {
@@ -57,15 +60,12 @@ def test_a_preempted_task_resumes_from_its_checkpoint_on_a_real_engine(server, e
 
 def test_a_migration_moves_a_checkpointed_slurm_job_to_the_faster_nodes(server) -> None:  # noqa: F811
     """A100 → H100 on the Slurm cluster: the move is a graceful stop (scancel --signal) and a
-    resume on the H100 node, from the checkpoint. (Ray's demo head has one model per device
-    class, so it has nothing to move to; its graceful stop and resume are the test above.)"""
+    resume on the H100 node, from the checkpoint. Ray: the test below."""
     api = _api(server)
     _until("the Slurm pools imported", lambda: api.get("/objects/pools/hpc-nvidia-h100").status_code == 200, 30)
     pools = [p["name"] for p in api.get("/objects/pools").json()]
     a100 = next(p for p in pools if p.startswith("hpc-nvidia-a100"))
-    queue = {"kind": "Queue", "name": "train", "task_types": ["training"], "migration": {"round": "3s", "overhead": "10s", "min_gain": 0.1}}
-    policy = {"kind": "SchedulingPolicy", "name": "default", "wait_for_preferred": False}
-    assert api.post("/apply", json={"documents": [queue, policy]}).status_code == 200
+    _migrating_queue(api)
     blocker = _submit(api, _task("ai-lab/nlp/llm-sft", "hpc-nvidia-h100", "gpu", 8, command="sleep 4"), "blocker")
     _until("the blocker running", lambda: _tasks(api, [blocker])[blocker]["state"] == "running", 90)
     spec = _task("ai-lab/nlp/llm-sft", a100, "gpu", 4, checkpoint={"signal": "SIGUSR1", "grace": "30s"}, command=STEPPER)
@@ -82,3 +82,55 @@ def test_a_migration_moves_a_checkpointed_slurm_job_to_the_faster_nodes(server) 
     assert resumed and int(resumed.group(1)) > 0, logs()
     assert api.post(f"/tasks/{mover}/cancel").status_code == 200
     _until("the mover cancelled", lambda: _tasks(api, [mover])[mover]["state"] == "cancelled", 90)
+
+
+def _migrating_queue(api) -> None:
+    queue = {"kind": "Queue", "name": "train", "task_types": ["training"], "migration": {"round": "3s", "overhead": "10s", "min_gain": 0.1}}
+    policy = {"kind": "SchedulingPolicy", "name": "default", "wait_for_preferred": False}
+    assert api.post("/apply", json={"documents": [queue, policy]}).status_code == 200
+
+
+def test_a_migration_moves_a_checkpointed_ray_job_to_the_faster_node(server) -> None:  # noqa: F811
+    """A100 → H100 on the Ray cluster: a raylet with four A100s joins the head (which has four
+    H100s as custom resources); the mover starts on the A100 raylet while a blocker holds the
+    H100s, and once the blocker is cancelled the move is Ray's job stop (SIGTERM, the task
+    checkpoints) and a resume on the head's H100s, from the checkpoint."""
+    api = _api(server)
+    _until("the Ray pools imported", lambda: api.get("/objects/pools/ray-lab-nvidia-h100").status_code == 200, 30)
+    a100_node = f"hetpool-a100-{uuid.uuid4().hex[:6]}"
+    added = _ray_sh("add-node", a100_node, json.dumps({"GPU": 4, "accelerator_type:A100-80G": 1, "CPU": 2}))
+    assert added.returncode == 0, added.stderr
+    mover = blocker = ""
+    try:
+        a100 = "ray-lab-nvidia-a100-80g"
+        synced = lambda: api.post("/clusters/ray-lab/sync").status_code == 200 and api.get(f"/objects/pools/{a100}").status_code == 200  # noqa: E731
+        _until("the A100 raylet imported", synced, 60)
+        _migrating_queue(api)
+        # Runs until the test cancels it, so the mover cannot start on the H100s first.
+        blocker = _submit(api, _task("ai-lab/nlp/llm-sft", "ray-lab-nvidia-h100", "gpu", 4, command="sleep 600"), "blocker")
+        _until("the blocker running", lambda: _tasks(api, [blocker])[blocker]["state"] == "running", 90)
+        spec = _task(
+            "ai-lab/nlp/llm-sft", a100, "gpu", 4, checkpoint={"signal": "SIGTERM", "grace": "30s"}, command=STEPPER_FOR.replace("SIGNAL", "TERM")
+        )
+        spec |= {"any_of": [], "fallback": ["ray-lab-nvidia-h100", a100], "runtime_estimate": "10h"}
+        mover = _submit(api, spec, "mover")
+        logs = lambda: api.get(f"/tasks/{mover}/logs").json()["text"]  # noqa: E731
+        _until("the mover stepping on the A100s", lambda: "started at step 0" in logs(), 90)
+        assert _tasks(api, [mover])[mover]["placements"][0]["pool"] == a100
+        time.sleep(1)  # some steps done, so a resume from step 0 would show
+        assert api.post(f"/tasks/{blocker}/cancel").status_code == 200
+        _until("moved and resumed", lambda: _tasks(api, [mover])[mover]["attempt"] == 2 and "resumed from attempt 1" in logs(), 120)
+        moved = _tasks(api, [mover])[mover]
+        assert moved["placements"][0]["pool"] == "ray-lab-nvidia-h100"
+        actions = [e["action"] for e in moved["events"]]
+        assert "task.migration_requested" in actions and "task.stop_signalled" in actions, actions
+        resumed = re.search(r"resumed from attempt 1 at step (\d+)", logs())
+        assert resumed and int(resumed.group(1)) > 0, logs()
+    finally:
+        for task in (mover, blocker):
+            if task:
+                api.post(f"/tasks/{task}/cancel")
+        for task in (mover, blocker):
+            if task:
+                _until(f"{task} stopped", lambda task=task: _tasks(api, [task])[task]["state"] in ("cancelled", "succeeded", "failed"), 90)
+        _ray_sh("remove-node", a100_node)
