@@ -46,6 +46,16 @@ def checkpoint_of(row: TaskRow, max_grace_s: float | None = None) -> CheckpointS
         return None
 
 
+def capped_grace(spec: TaskSpec, max_grace_s: float) -> TaskSpec:
+    """`spec` with its checkpoint's grace cut to `max_grace_s` (as checkpoint_of applies it)."""
+    checkpoint = spec.checkpoint
+    if checkpoint is None or checkpoint.grace_s <= max_grace_s:
+        return spec
+    # Validated again, not model_copy'd: grace_s is a cached property and a copy keeps its value.
+    capped = CheckpointSpec.model_validate({**checkpoint.model_dump(), "grace": max_grace_s})
+    return spec.model_copy(update={"checkpoint": capped})
+
+
 def stop_step(row: TaskRow, now: datetime, max_grace_s: float | None = None) -> str:
     """What the reconciler does this round for a task it must stop: "cancel" (no
     checkpoint, a user's cancel, or the grace is over), "signal" (first round of a

@@ -23,7 +23,7 @@ from hetpool.scheduling.migration import Move, plan_moves
 from hetpool.scheduling.queueing import route
 from hetpool.server.db.models import TaskRow
 from hetpool.server.services import audit, task_lifecycle
-from hetpool.server.services.checkpoints import rounds
+from hetpool.server.services.checkpoints import capped_grace, rounds
 from hetpool.server.services.cluster_state import read_inventory
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.cycle_inputs import load_cycle
@@ -50,7 +50,7 @@ def migrate_once(ctx: ServiceContext) -> int:
         load = load_cycle(ctx, session, queue_cache(ctx).refresh(session), now)
         if not load.running:
             return 0
-        specs = _running_specs(session, [t.id for t in load.running])
+        specs = _running_specs(session, [t.id for t in load.running], ctx.settings.max_checkpoint_grace_s)
         awaited = frozenset(q.preferred_wait.model for q in load.queue if q.preferred_wait is not None)
         queues = list(load.inv.queues.values())
         by_queue: dict[str, list] = {}
@@ -67,8 +67,11 @@ def migrate_once(ctx: ServiceContext) -> int:
     return requested
 
 
-def _running_specs(session, task_ids: list[str]) -> dict:
-    """The running tasks' specs (those that still parse: others are not moved)."""
+def _running_specs(session, task_ids: list[str], max_grace_s: float) -> dict:
+    """The running tasks' specs (those that still parse: others are not moved), each
+    checkpoint's grace cut to the server's `max_checkpoint_grace_s`: a move costs the grace
+    the reconciler will apply, not the hour a member may declare (which would make the
+    move look worse than it is)."""
     from_rows = session.execute(select(TaskRow.id, TaskRow.spec).where(TaskRow.id.in_(task_ids))).all() if task_ids else []
     out = {}
     for task_id, raw in from_rows:
@@ -77,7 +80,7 @@ def _running_specs(session, task_ids: list[str]) -> dict:
         except Exception:  # stored before a limit existed, or written by hand: not moved
             continue
         if isinstance(spec, TaskSpec):
-            out[task_id] = spec
+            out[task_id] = capped_grace(spec, max_grace_s)
     return out
 
 
