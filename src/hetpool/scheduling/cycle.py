@@ -68,7 +68,7 @@ from hetpool.scheduling.explain import (
 )
 from hetpool.scheduling.filters import CompatCheck, memoized
 from hetpool.scheduling.forecast import attach_estimates
-from hetpool.scheduling.parking import close_parking, open_parking
+from hetpool.scheduling.parking import close_parking, grown_pools, open_parking
 from hetpool.scheduling.queueing import MAX_RANK, QueueOrder, effective_rank, route
 from hetpool.scheduling.quota_fit import never_within_quota
 from hetpool.scheduling.quota_view import QuotaCeiling, QuotaLedger
@@ -183,7 +183,7 @@ def _run_cycle(
     cx = CycleInputs(snapshot, compat_check, now, policy, models, revise_overruns(list(running), now), quota, blame)
     st = open_cycle(cx, queue, list(queues), tenant_weights or {})
     park, st.park_counts = open_parking(snapshot, policy, cx.running, quota, st.order.entry, now)
-    st.parked, st.grown = park.parked, park.grown
+    st.parked, st.grown, st.grown_pools = park.parked, park.grown, grown_pools(snapshot, park.grown)
     skip = (lambda q, item: still_parked(cx, st, q, item)) if st.parked else None
     for q, item in heads(st, blame, policy.max_heads_per_cycle, snapshot.scan_cursor, snapshot.preemptors, skip):
         blame.task_id = item.id

@@ -11,8 +11,8 @@ import numpy as np
 from hetpool.core.policy import QueueSpec
 from hetpool.core.tasks import TaskSpec
 from hetpool.scheduling.backfill import Reservation, ends_before, slowest_runtime_s
-from hetpool.scheduling.cycle_state import Candidate, CycleInputs, CycleState, idle_key
-from hetpool.scheduling.parking import fits_grown, usable_pools
+from hetpool.scheduling.cycle_state import Candidate, CycleInputs, CycleState, idle_key, shape_key
+from hetpool.scheduling.parking import fits_on_rows, rows_of_pools, usable_pools
 
 if TYPE_CHECKING:
     from hetpool.scheduling.cycle import QueuedTask
@@ -29,6 +29,28 @@ def candidate_pools(cx: CycleInputs, st: CycleState, cand: Candidate) -> frozens
 
 
 def still_parked(cx: CycleInputs, st: CycleState, q: QueueSpec, item: QueuedTask) -> bool:
+    """Does a parked head stay passed over when its turn comes? See `_stays_parked`; and a
+    head that would be let go still stays when its shape, under the same reservations,
+    already failed this cycle: its decision would be a copy of that no-fit (cycle.gate), made
+    against more capacity than is left — no placement, no plan, no reservation."""
+    if _stays_parked(cx, st, q, item):
+        return True
+    return item.id in st.parked and _shape_failed(cx, st, q, item.spec)
+
+
+def _shape_failed(cx: CycleInputs, st: CycleState, q: QueueSpec, spec: TaskSpec) -> bool:
+    if not st.failed_shapes:
+        return False
+    blocking = _blocking_ids(cx, st, spec)
+    return f"{shape_key(spec, q, st.tenant_matters)}|{','.join(blocking)}" in st.failed_shapes
+
+
+def _blocking_ids(cx: CycleInputs, st: CycleState, spec: TaskSpec) -> tuple[str, ...]:
+    """This cycle's reservations `spec` must not delay, in the order cycle.nominate lists them."""
+    return tuple(r.task_id for r in st.reservations.values() if not may_use(cx, st, spec, r))
+
+
+def _stays_parked(cx: CycleInputs, st: CycleState, q: QueueSpec, item: QueuedTask) -> bool:
     """Does a parked head stay passed over when its turn comes (parking.py)? Not when its
     queue's reservation is still free to take, nor when a node that other heads'
     reservations kept it off is no longer kept from it — unless it could only use that node
@@ -38,8 +60,14 @@ def still_parked(cx: CycleInputs, st: CycleState, q: QueueSpec, item: QueuedTask
     parked = st.parked.get(item.id)
     if parked is None:
         return False
-    if parked.deferred and (st.preemption_tries < cx.policy.max_preemption_tries or _fits(st, st.grown, parked)):
+    tries_left = st.preemption_tries < cx.policy.max_preemption_tries
+    if parked.deferred and (tries_left or _fits_grown(cx, st, item.spec, parked)):
         return False  # its preemption was deferred: it plans now if a try is left, or may fit alone
+    if not parked.never and not parked.deferred:
+        if _grown_for(cx, st, item.spec, parked, tries_left):
+            return False  # what grew since the previous cycle may place it (or complete a plan)
+        if tries_left and st.park_counts.on(parked.pools, parked.rank) > parked.evictable:
+            return False  # more work it could evict than when it was parked: it plans again
     if parked.reserves and q.name not in st.reservations:
         return False
     if not parked.excluded:
@@ -57,12 +85,52 @@ def still_parked(cx: CycleInputs, st: CycleState, q: QueueSpec, item: QueuedTask
     return not (freed and ((parked.evictable and not parked.deferred) or _fits_on_nodes(st, frozenset(freed), parked)))
 
 
+def _grown_for(cx: CycleInputs, st: CycleState, spec: TaskSpec, parked, tries_left: bool) -> bool:
+    """Can what grew since the previous cycle change a parked head's wait, at its turn? A
+    grown row that still holds one worker of it after what this cycle placed before it may
+    place it; with work it could evict on its pools, any growth there may complete a plan,
+    but only while the cycle has a preemption try to plan with."""
+    if st.grown_pools is not None and st.grown_pools.isdisjoint(parked.pools):
+        return False  # nothing grew where it could go (the common case: no numpy at all)
+    if parked.evictable and tries_left:
+        return True
+    return _fits_grown(cx, st, spec, parked)
+
+
+def _fits_grown(cx: CycleInputs, st: CycleState, spec: TaskSpec, parked) -> bool:
+    # All grown rows first (a "no" is remembered per pools and demand, so most heads stop
+    # here), then without the nodes of the reservations it must not delay.
+    if not _fits(st, st.grown, parked, ("grown",)):
+        return False
+    rows, key = _grown_rows(cx, st, spec)
+    return key == ("grown",) or _fits(st, rows, parked, key)
+
+
+def _grown_rows(cx: CycleInputs, st: CycleState, spec: TaskSpec) -> tuple[np.ndarray | None, tuple]:
+    """The rows that grew, less those on nodes held by this cycle's reservations that `spec`
+    must not delay (capacity freed there is its reservation's; as cycle.nominate keeps the
+    task off them), and the key of that set for `_fits`'s memo. On a full estate, what
+    frees is mostly on reserved nodes: it would wake every head, to fail again."""
+    if st.grown is None or not st.reservations:
+        return st.grown, ("grown",)
+    blocking = _blocking_ids(cx, st, spec)
+    if not blocking:
+        return st.grown, ("grown",)
+    rows = st.grown_free_of.get(blocking)
+    if rows is None:
+        held = np.logical_or.reduce([st.reserved_masks[task_id] for task_id in blocking])
+        rows = st.grown_free_of[blocking] = st.grown[~held[st.working.row_node[st.grown]]]
+    return rows, ("grown", *blocking)
+
+
 def _fits_on_nodes(st: CycleState, nodes: frozenset[int], parked) -> bool:
     """Could a worker of a parked head fit, alone, on one of `nodes` now?"""
     if parked.demand is None:
         return True
     if nodes not in st.rows_of_nodes:
-        st.rows_of_nodes[nodes] = np.flatnonzero(np.isin(st.working.row_node, list(nodes)))
+        mask = np.zeros(len(st.working.node_names), dtype=bool)
+        mask[list(nodes)] = True
+        st.rows_of_nodes[nodes] = np.flatnonzero(mask[st.working.row_node])
     return _fits(st, st.rows_of_nodes[nodes], parked, nodes)
 
 
@@ -73,7 +141,12 @@ def _fits(st: CycleState, rows: np.ndarray | None, parked, rows_key=None) -> boo
     key = (rows_key, parked.pools, parked.demand)
     if key in st.no_fit:
         return False
-    if fits_grown(st.working, rows, parked.pools, parked.demand):
+    if rows is None:
+        return True  # no reference to compare with: anything may have grown
+    on_pools = st.rows_on_pools.get((rows_key, parked.pools))
+    if on_pools is None:  # the rows don't change within the cycle: once per set and pools
+        on_pools = st.rows_on_pools[(rows_key, parked.pools)] = rows_of_pools(st.working, rows, parked.pools)
+    if fits_on_rows(st.working, on_pools, parked.demand):
         return True
     st.no_fit.add(key)
     return False

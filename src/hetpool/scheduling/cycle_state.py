@@ -79,10 +79,13 @@ class CycleState:
     # was deferred, and the evictable running work per pool.
     parked: dict = field(default_factory=dict)
     grown: object = None  # the rows where capacity grew since the previous cycle (parking.Parking.grown)
+    grown_pools: frozenset[int] | None = None  # the pools of those rows (None: every pool may have grown)
+    grown_free_of: dict[tuple, np.ndarray] = field(default_factory=dict)  # those rows off the nodes of some reservations (cycle_parked._grown_rows)
     parked_over: int = 0  # parked heads passed over this cycle
     excluded_now: dict[tuple, set[int]] = field(default_factory=dict)  # see cycle.still_parked
     rows_of_nodes: dict[frozenset, np.ndarray] = field(default_factory=dict)  # see cycle_parked._fits_on_nodes
     no_fit: set[tuple] = field(default_factory=set)  # see cycle_parked._fits
+    rows_on_pools: dict[tuple, np.ndarray] = field(default_factory=dict)  # see cycle_parked._fits
     parkable: dict = field(default_factory=dict)
     deferred: set[str] = field(default_factory=set)  # heads whose preemption planning was deferred (parked as such)
     park_counts: object = None  # parking.Evictable

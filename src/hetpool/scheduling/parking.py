@@ -13,19 +13,30 @@ preemptor's, decided first). A parked head is passed
 over, as a carried one is (it keeps its explanation), until one of these happens:
 
 - capacity **grew** on a pool it could use (a device, or CPU or memory of a node of that
-  pool, more free than at the end of the previous cycle; a node or device back to health):
-  capacity that only shrank cannot make a failed placement fit (the same monotonicity the
-  shape cache of a cycle relies on);
+  pool, more free than at the end of the previous cycle; a node or device back to health)
+  and, when its turn comes, a grown row can still hold one whole worker of it after what
+  this cycle placed before it (cycle_parked.still_parked): capacity that only shrank cannot
+  make a failed placement fit (the same monotonicity the shape cache of a cycle relies on),
+  and growth that earlier heads took cannot either. Asked at its turn, not as the cycle
+  opens: a few freed devices no longer wake every head that could use them (on a busy
+  estate, thousands per cycle for the tens the first of them take). A head with work it
+  could evict there is let go by any growth on its pools while the cycle has a preemption
+  try left (a little more free beside a victim may complete a plan), and only by a row
+  that holds a worker once none is left (it could not plan);
 - more running work it could **evict** is on those pools (preemptible and of a lower
-  priority, or borrowing) than when it was parked;
+  priority, or borrowing) than when it was parked, and its turn comes while the cycle has a
+  preemption try left (without one it could not plan: on an estate where borrowers start
+  every cycle, this let every head go, to be deferred);
 - its turn comes while its queue holds no reservation yet (it may be owed it), or while a
   node other heads' reservations kept it off is no longer kept from it (cycle.still_parked);
 - its priority rank changed (aging raised it), its spec changed (another object), the
   policy changed, or it has been parked for `MAX_PARKED_S` of the cycle clock or
   `MAX_PARKED_CYCLES` cycles, so that what depends on time alone (estimates, a deadline
-  at risk) is refreshed now and then. A refresh by cycles alone (8, before) re-decided a
+  at risk) is refreshed now and then — at most an eighth of the cycle's head budget per
+  cycle, oldest first (`refresh_limit`). A refresh by cycles alone (8, before) re-decided a
   long queue's every head within 8 cycles: ~5,000 heads a cycle for a 40,000-task queue,
-  more than a cycle's whole budget.
+  more than a cycle's whole budget; and unrationed, every head parked in one cycle came due
+  in the same later one (the benchmark's steady state re-decided its whole budget then).
 
 The parked set and the capacity it is compared against are kept with the snapshot that the
 server and the simulator keep across cycles (`Snapshot.parking`); a snapshot built anew (a
@@ -46,7 +57,7 @@ from hetpool.scheduling.filters import CompatCheck, class_matches, pool_verdict
 from hetpool.scheduling.running import RunningTask
 from hetpool.scheduling.snapshot import Snapshot
 
-__all__ = ["PARKABLE", "Evictable", "Parked", "Parking", "close_parking", "fits_grown", "open_parking", "usable_pools"]
+__all__ = ["PARKABLE", "Evictable", "Parked", "Parking", "close_parking", "fits_grown", "fits_on_rows", "grown_pools", "rows_of_pools", "open_parking", "usable_pools"]
 
 PARKABLE = frozenset({Reason.WAITING_FOR_CAPACITY, Reason.NEVER_FITS})
 MAX_PARKED_CYCLES = 64
@@ -107,48 +118,30 @@ def fits_grown(working: Snapshot, rows: np.ndarray | None, pools: frozenset[int]
     has taken what its victims freed)? None rows or demand: it may."""
     if rows is None:
         return True
-    on_pools = rows[np.isin(working.row_pool[rows], list(pools))]
-    if not len(on_pools) or demand is None:
-        return bool(len(on_pools))
+    return fits_on_rows(working, rows_of_pools(working, rows, pools), demand)
+
+
+def rows_of_pools(snap: Snapshot, rows: np.ndarray, pools: frozenset[int]) -> np.ndarray:
+    """Those of `rows` in `pools` (a mask over pools: np.isin costs ten times more)."""
+    mask = np.zeros(len(snap.pools), dtype=bool)
+    mask[list(pools)] = True
+    return rows[mask[snap.row_pool[rows]]]
+
+
+def fits_on_rows(working: Snapshot, rows: np.ndarray, demand: tuple[int, float, float] | None) -> bool:
+    """Can one of `rows` hold a whole worker of `demand` now (None demand: any row will do)?"""
+    if not len(rows) or demand is None:
+        return bool(len(rows))
     whole, cpu, mem = demand
-    nodes = working.row_node[on_pools]
-    fits = working.node_healthy[nodes] & (working.row_free_whole[on_pools] >= whole)
+    nodes = working.row_node[rows]
+    fits = working.node_healthy[nodes] & (working.row_free_whole[rows] >= whole)
     fits &= (working.free_cpu[nodes] >= cpu - 1e-9) & (working.free_mem[nodes] >= mem - 1e-9)
     return bool(fits.any())
 
 
-class Growth:
-    """Where capacity grew, and whether that can help a parked head: only a grown row that
-    can now hold one whole worker of it (its devices, its node's CPU and memory, healthy)
-    can — every worker sits on one row, so a row that cannot hold one adds nothing to any
-    placement. That holds for placing alone: a head with work it could evict on its pools
-    counts any growth there (a little more free beside a victim may be enough once the
-    victim goes), as does a head asking for slices."""
-
-    def __init__(self, snap: Snapshot, rows: np.ndarray | None) -> None:
-        self.everything = rows is None
-        self.rows = rows if rows is not None else np.zeros(0, dtype=np.int64)
-        nodes = snap.row_node[self.rows]
-        self.pool = snap.row_pool[self.rows]
-        self.whole = snap.row_free_whole[self.rows]
-        self.cpu, self.mem, self.healthy = snap.free_cpu[nodes], snap.free_mem[nodes], snap.node_healthy[nodes]
-        self.pools_grown = set(self.pool.tolist())
-        self.memo: dict[tuple, bool] = {}
-
-    def helps(self, pools: frozenset[int], demand: tuple[int, float, float] | None) -> bool:
-        if self.everything:
-            return True
-        if not self.pools_grown & pools:
-            return False
-        if demand is None:
-            return True
-        key = (pools, demand)
-        if key not in self.memo:
-            whole, cpu, mem = demand
-            on_pools = np.isin(self.pool, list(pools))
-            fits = on_pools & self.healthy & (self.whole >= whole) & (self.cpu >= cpu - 1e-9) & (self.mem >= mem - 1e-9)
-            self.memo[key] = bool(fits.any())
-        return self.memo[key]
+def grown_pools(snap: Snapshot, rows: np.ndarray | None) -> frozenset[int] | None:
+    """The pools with a grown row (None: no reference, every pool may have grown)."""
+    return None if rows is None else frozenset(snap.row_pool[rows].tolist())
 
 
 def worker_demand(spec: TaskSpec) -> tuple[int, float, float] | None:
@@ -232,25 +225,29 @@ def open_parking(snapshot: Snapshot, policy, running: list[RunningTask], quota, 
     if not park.parked:
         return park, counts
     park.grown = park.grown_rows(snapshot)
-    grown = Growth(snapshot, park.grown)
+    # Growth and more evictable work are asked about at each head's turn
+    # (cycle_parked.still_parked): here only what does not depend on what this cycle does.
+    stale: list[tuple] = []  # parked long enough to be refreshed: (parked at, cycles, id)
     for task_id, p in list(park.parked.items()):
         found = queued(task_id)
-        if (
-            found is None
-            or found[0].spec is not p.spec
-            or found[1] != p.rank
-            or p.cycles >= MAX_PARKED_CYCLES
-            or (p.parked_at is not None and (now - p.parked_at).total_seconds() >= MAX_PARKED_S)
-            or (
-                not p.never
-                and not p.deferred
-                and (grown.helps(p.pools, p.demand if not p.evictable else None) or counts.on(p.pools, found[1]) > p.evictable)
-            )
-        ):
+        if found is None or found[0].spec is not p.spec or found[1] != p.rank:
             del park.parked[task_id]
-        else:
-            p.cycles += 1
+            continue
+        p.cycles += 1
+        if p.cycles > MAX_PARKED_CYCLES or (p.parked_at is not None and (now - p.parked_at).total_seconds() >= MAX_PARKED_S):
+            stale.append((p.parked_at or now, -p.cycles, task_id))
+    # The refresh is rationed, oldest first: heads parked in the same cycle would otherwise
+    # all come due in the same later one (a whole queue's worth on a busy estate).
+    limit = refresh_limit(policy)
+    for _, _, task_id in sorted(stale)[:limit] if limit else stale:
+        del park.parked[task_id]
     return park, counts
+
+
+def refresh_limit(policy) -> int:
+    """Parked heads refreshed per cycle at most (0: all that are due): an eighth of the
+    cycle's head budget, so refreshing never takes more than a small share of it."""
+    return max(1, policy.max_heads_per_cycle // 8) if policy.max_heads_per_cycle else 0
 
 
 def close_parking(park: Parking, working: Snapshot, decisions: list, candidates: dict, counts: Evictable, deferred: set, now: datetime) -> None:
