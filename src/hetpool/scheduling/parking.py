@@ -57,7 +57,19 @@ from hetpool.scheduling.filters import CompatCheck, class_matches, pool_verdict
 from hetpool.scheduling.running import RunningTask
 from hetpool.scheduling.snapshot import Snapshot
 
-__all__ = ["PARKABLE", "Evictable", "Parked", "Parking", "close_parking", "fits_grown", "fits_on_rows", "grown_pools", "rows_of_pools", "open_parking", "usable_pools"]
+__all__ = [
+    "PARKABLE",
+    "Evictable",
+    "Parked",
+    "Parking",
+    "close_parking",
+    "fits_grown",
+    "fits_on_rows",
+    "grown_pools",
+    "open_parking",
+    "rows_of_pools",
+    "usable_pools",
+]
 
 PARKABLE = frozenset({Reason.WAITING_FOR_CAPACITY, Reason.NEVER_FITS})
 MAX_PARKED_CYCLES = 64
