@@ -39,7 +39,7 @@ from hetpool.core.policy import QueueSpec, SchedulingPolicySpec
 from hetpool.core.tasks import TaskSpec
 from hetpool.scheduling.assign import Assignment, assign
 from hetpool.scheduling.backfill import PreferredWait, Reservation, prefer_waiting, preferred_only, reserve
-from hetpool.scheduling.cycle_parked import candidate_pools, may_use, still_parked
+from hetpool.scheduling.cycle_parked import candidate_pools, may_use, settle, still_parked
 from hetpool.scheduling.cycle_preempt import OVERRUN_PREFIX, fits_after_release, plan_overrun_eviction, plan_preemption
 from hetpool.scheduling.cycle_state import (
     Blame,
@@ -184,10 +184,13 @@ def _run_cycle(
     st = open_cycle(cx, queue, list(queues), tenant_weights or {})
     park, st.park_counts = open_parking(snapshot, policy, cx.running, quota, st.order.entry, now)
     st.parked, st.grown, st.grown_pools = park.parked, park.grown, grown_pools(snapshot, park.grown)
+    st.reserves_owed = {p.queue for p in st.parked.values() if p.reserves}
     skip = (lambda q, item: still_parked(cx, st, q, item)) if st.parked else None
     for q, item in heads(st, blame, policy.max_heads_per_cycle, snapshot.scan_cursor, snapshot.preemptors, skip):
         blame.task_id = item.id
         decide(cx, st, q, item)
+        if st.parked and not st.settled:
+            settle(cx, st)
     blame.task_id = None
     note_preemptors(snapshot.preemptors, st.decisions)
     if policy.park_waiting:
@@ -196,7 +199,8 @@ def _run_cycle(
     requeue(cx, st, estimate)
     reservations, carried = list(st.reservations.values()), st.carried + st.order.left()
     duration = time.perf_counter() - started
-    return CycleResult(decisions=st.decisions, duration_s=duration, reservations=reservations, carried=carried, parked=st.parked_over)
+    parked = st.parked_over + st.order.skipped
+    return CycleResult(decisions=st.decisions, duration_s=duration, reservations=reservations, carried=carried, parked=parked)
 
 
 def decide(cx: CycleInputs, st: CycleState, q: QueueSpec, item: QueuedTask) -> None:

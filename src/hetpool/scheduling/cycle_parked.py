@@ -17,7 +17,7 @@ from hetpool.scheduling.parking import fits_on_rows, rows_of_pools, usable_pools
 if TYPE_CHECKING:
     from hetpool.scheduling.cycle import QueuedTask
 
-__all__ = ["candidate_pools", "may_use", "still_parked"]
+__all__ = ["candidate_pools", "may_use", "settle", "still_parked"]
 
 
 def candidate_pools(cx: CycleInputs, st: CycleState, cand: Candidate) -> frozenset[int]:
@@ -72,9 +72,11 @@ def _stays_parked(cx: CycleInputs, st: CycleState, q: QueueSpec, item: QueuedTas
         return False
     if not parked.excluded:
         return True
-    # With work it could evict, a freed node may complete a plan; without, only a worker
-    # fitting there helps — and if none fits on any node it was kept off, none fits on those freed.
-    if not (parked.evictable and not parked.deferred) and not _fits_on_nodes(st, parked.excluded, parked):
+    # With work it could evict and a try to plan with, a freed node may complete a plan;
+    # otherwise only a worker fitting there helps — and if none fits on any node it was kept
+    # off, none fits on those freed.
+    plans = parked.evictable and not parked.deferred and tries_left
+    if not plans and not _fits_on_nodes(st, parked.excluded, parked):
         return True
     spec = item.spec
     key = (spec.placement_shape, spec.runtime_estimate, tuple(st.reservations))
@@ -82,7 +84,34 @@ def _stays_parked(cx: CycleInputs, st: CycleState, q: QueueSpec, item: QueuedTas
         nodes = cx.snapshot.node_by_name
         st.excluded_now[key] = {nodes[n] for r in st.reservations.values() if not may_use(cx, st, spec, r) for n in r.nodes}
     freed = parked.excluded - st.excluded_now[key]
-    return not (freed and ((parked.evictable and not parked.deferred) or _fits_on_nodes(st, frozenset(freed), parked)))
+    return not (freed and (plans or _fits_on_nodes(st, frozenset(freed), parked)))
+
+
+def settle(cx: CycleInputs, st: CycleState) -> None:
+    """Once the cycle has no preemption try left and every queue with a parked head owed its
+    reservation holds one, what still lets a parked head go at its turn only gets less
+    likely as the cycle places work (still_parked: a worker fitting a grown row, or a node it
+    was kept off): every parked head for which neither holds now never will this cycle, and
+    is passed over in one step (QueueOrder.skip) rather than one at a time — on a full
+    estate, tens of thousands a cycle."""
+    if st.settled or st.preemption_tries < cx.policy.max_preemption_tries:
+        return
+    if any(name not in st.reservations for name in st.reserves_owed):
+        return
+    st.settled = True
+    inert = {task_id for task_id, parked in st.parked.items() if not _may_wake(st, parked)}
+    st.order.skip(inert)
+
+
+def _may_wake(st: CycleState, parked) -> bool:
+    """Could a parked head still be let go this cycle, once no try is left and every owed
+    reservation is held? Only by a worker fitting a row that grew, or a node it was kept off
+    (upper bounds: capacity only shrinks from here)."""
+    if parked.never:
+        return False  # fits nowhere even idle: neither helps
+    if (st.grown_pools is None or not st.grown_pools.isdisjoint(parked.pools)) and _fits(st, st.grown, parked, ("grown",)):
+        return True
+    return bool(parked.excluded) and _fits_on_nodes(st, parked.excluded, parked)
 
 
 def _grown_for(cx: CycleInputs, st: CycleState, spec: TaskSpec, parked, tries_left: bool) -> bool:

@@ -82,6 +82,8 @@ class CycleState:
     grown_pools: frozenset[int] | None = None  # the pools of those rows (None: every pool may have grown)
     grown_free_of: dict[tuple, np.ndarray] = field(default_factory=dict)  # those rows off the nodes of some reservations (cycle_parked._grown_rows)
     parked_over: int = 0  # parked heads passed over this cycle
+    reserves_owed: set[str] = field(default_factory=set)  # queues with a parked head that would take their reservation (Parked.reserves)
+    settled: bool = False  # parked heads that can no longer be let go were passed over at once (cycle_parked.settle)
     excluded_now: dict[tuple, set[int]] = field(default_factory=dict)  # see cycle.still_parked
     rows_of_nodes: dict[frozenset, np.ndarray] = field(default_factory=dict)  # see cycle_parked._fits_on_nodes
     no_fit: set[tuple] = field(default_factory=set)  # see cycle_parked._fits

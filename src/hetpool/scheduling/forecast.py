@@ -19,7 +19,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
@@ -82,9 +82,9 @@ _NOT_PLACEMENT = {"name", "description", "command", "env_vars", "runtime_estimat
 class _Pending:
     """One not-yet-started task and what is needed to decide cheaply whether to retry it."""
 
-    __slots__ = ("index", "item", "pools", "rows", "nodes", "devs", "whole", "slice", "shape", "tried", "not_before")
+    __slots__ = ("index", "item", "pools", "rows", "nodes", "whole", "slice", "shape", "tried", "not_before")
 
-    def __init__(self, index: int, item: QueuedTask, snap: Snapshot, offsets: np.ndarray, check: CompatCheck, not_before=NO_BOUND) -> None:
+    def __init__(self, index: int, item: QueuedTask, snap: Snapshot, check: CompatCheck, not_before=NO_BOUND) -> None:
         self.index, self.item, self.tried = index, item, False
         self.not_before = not_before  # a datetime, NO_BOUND, or None: never (see forecast_starts)
         spec = item.spec
@@ -92,12 +92,12 @@ class _Pending:
         # rejects whatever is free: capacity freed elsewhere cannot help this task.
         groups = {i for g in candidate_groups(snap, spec) for i in g.pools}
         self.pools = frozenset(i for i in groups if pool_verdict(snap.pools[i], spec, check).ok)
-        self.rows = np.array([r for p in sorted(self.pools) for r in snap.pools[p].rows], dtype=np.int64)
+        arrays = [snap.pools[p].row_array for p in sorted(self.pools)]
+        self.rows = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int64)
         self.nodes = snap.row_node[self.rows]
         self.shape = (self.pools, spec.model_dump_json(exclude=_NOT_PLACEMENT))
         demand = spec.per_worker.devices
         self.whole = self.slice = None
-        self.devs = np.zeros(0, dtype=np.int64)
         if demand is not None and demand.count >= 1 and not (demand.memory_gb or demand.cores_percent):
             self.whole = demand.count
         elif demand is not None:
@@ -105,9 +105,8 @@ class _Pending:
             # depends on the pool's model and is left out), for a bound over devices.
             parts = [demand.count if demand.count < 1 else 0.0, (demand.cores_percent or 0.0) / 100.0]
             self.slice = max(parts) or None
-            self.devs = np.concatenate([np.arange(offsets[r], offsets[r + 1]) for r in self.rows]) if len(self.rows) else self.devs
 
-    def may_fit(self, snap: Snapshot, flat_free: Callable[[], np.ndarray]) -> bool:
+    def may_fit(self, snap: Snapshot) -> bool:
         """A necessary condition for `assign` to succeed, over the union of candidate rows.
 
         It ignores health, topology, groups and per-node sharing, all of which only make
@@ -125,7 +124,8 @@ class _Pending:
         if np.maximum(slots, 0).sum() < workers:
             return False
         if self.slice is not None:
-            return np.floor(np.maximum(flat_free()[self.devs], 0) / self.slice + 1e-9).sum() >= workers
+            # Padding (-2) and broken devices (-1) count as nothing free.
+            return np.floor(np.maximum(snap.dev_free.data[self.rows], 0) / self.slice + 1e-9).sum() >= workers
         return True
 
 
@@ -220,10 +220,9 @@ class _Forecast:
         heapq.heapify(self.events)
 
     def queue(self, ordered: list[QueuedTask], not_before: dict[str, datetime | None]) -> None:
-        offsets = np.concatenate([[0], np.cumsum([len(d) for d in self.scratch.dev_free])]).astype(np.int64)
         for i, item in enumerate(ordered):
             try:
-                self.pending.append(_Pending(i, item, self.scratch, offsets, self.check, not_before.get(item.id, NO_BOUND)))
+                self.pending.append(_Pending(i, item, self.scratch, self.check, not_before.get(item.id, NO_BOUND)))
             except Exception as exc:  # this task alone goes without an estimate
                 self.errors[item.id] = _error(exc)
                 continue
@@ -266,14 +265,6 @@ class _Forecast:
         scratch = self.scratch
         still: list[_Pending] = []
         failed: set = set()  # shapes that did not fit in this walk
-        flat: list[np.ndarray] = []
-
-        def flat_free() -> np.ndarray:
-            # Free share per device, built once per walk: takes later in the walk make it
-            # stale on the generous side, which keeps may_fit a necessary condition.
-            if not flat:
-                flat.append(np.concatenate(scratch.dev_free) if scratch.dev_free else np.zeros(0))
-            return flat[0]
 
         for p in self.pending:
             if p.not_before is not NO_BOUND and (p.not_before is None or p.not_before > t):
@@ -284,7 +275,7 @@ class _Forecast:
             # failed earlier in it (the same shape) still fails; nothing it could use was
             # freed since it last failed; a capacity bound already says no.
             try:
-                skip = p.shape in failed or (p.tried and p.pools.isdisjoint(dirty)) or not p.may_fit(scratch, flat_free)
+                skip = p.shape in failed or (p.tried and p.pools.isdisjoint(dirty)) or not p.may_fit(scratch)
                 p.tried = True
                 if skip or not (result := assign(scratch, p.item.spec, self.check)).feasible:
                     failed.add(p.shape)

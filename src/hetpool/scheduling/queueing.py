@@ -166,6 +166,8 @@ class QueueOrder:
         # only the popped queue's head, and an admission (which changes shares) is rare next
         # to the heads passed over, so most pops look at one queue's heaps, not every queue's.
         self._heads: dict[str, tuple] = {}
+        self.skipped_ids: frozenset[str] | set[str] = frozenset()
+        self.skipped = 0  # entries passed over by skip()
         rows.sort(key=lambda row: (row[1], row[2]))  # age, then id (a total order)
         for queue, queued_at, task_id, rank, tenant, item in rows:
             self.queues[queue.name] = queue
@@ -189,10 +191,28 @@ class QueueOrder:
 
     def _push(self, name: str, level: int, tenant: str) -> None:
         line = self.lines[name][level][tenant]
+        if self.skipped_ids and level != _FIFO_LEVEL:
+            while line and line[0].id in self.skipped_ids:
+                line.popleft()  # passed over without a turn (see skip)
+                self.skipped += 1
         if line:
             head = line[0]
             entry = (self.fair.share(head.tenant), head.queued_at, head.id, tenant, self.fair.version(head.tenant))
             heapq.heappush(self.heaps[(name, level)], entry)
+
+    def skip(self, task_ids: set[str]) -> None:
+        """Pass over these tasks wherever they come up from now on, without handing them out
+        (they are counted in `skipped`): one set lookup each instead of a turn. FIFO lines
+        are left alone (nothing overtakes their head)."""
+        self.skipped_ids = task_ids
+        self._heads.clear()
+        for name, levels in self.lines.items():
+            for level, tenants in levels.items():
+                if level == _FIFO_LEVEL:
+                    continue
+                self.heaps[(name, level)] = []
+                for tenant in tenants:
+                    self._push(name, level, tenant)
 
     def block(self, queue_name: str) -> None:
         self.blocked.add(queue_name)
