@@ -216,13 +216,13 @@ def _reference(snap: Snapshot, ordered: list[QueuedTask], running: list[RunningT
         t = events[0][0]
 
 
-def _busy_cluster(seed: int, nodes_per_pool: int, n_running: int, n_pending: int):
+def _busy_cluster(seed: int, nodes_per_pool: int, n_running: int, n_pending: int, gangs: bool = False):
     rng = random.Random(seed)
     pools_spec = [("a100", A100), ("h100", "nvidia-h100"), ("l40s", "nvidia-l40s")]
     nodes, pools, free = [], [], {}
     for name, model in pools_spec:
         names = [f"{name}-{i}" for i in range(nodes_per_pool)]
-        nodes += [node(n, model, 8, stack=CUDA_STACK) for n in names]
+        nodes += [node(n, model, 8, stack=CUDA_STACK, network_group=f"{name}-g{i // 4}", zone=f"z{i % 2}") for i, n in enumerate(names)]
         pools.append(pool(name, model, names, shareable=(name == "l40s")))
         free.update({n: (name, list(range(8))) for n in names})
     running = []
@@ -238,7 +238,12 @@ def _busy_cluster(seed: int, nodes_per_pool: int, n_running: int, n_pending: int
         if rng.random() < 0.3:
             devices["models"] = [rng.choice([m for _, m in pools_spec])]
         fields = {"runtime_estimate": f"{rng.randint(10, 300)}m"} if rng.random() < 0.9 else {}
-        ordered.append(_q(f"p{i}", devices=devices, workers=rng.choice([1, 1, 1, 2]), per_worker={"cpu": 4, "memory_gb": 32}, **fields))
+        workers = rng.choice([1, 1, 1, 2])
+        if gangs and rng.random() < 0.5:  # one-model gangs, some of them within one node / group / zone
+            workers = rng.choice([2, 3, 4])
+            if rng.random() < 0.6:
+                fields["topology"] = {"same": rng.choice(["node", "network_group", "zone"])}
+        ordered.append(_q(f"p{i}", devices=devices, workers=workers, per_worker={"cpu": 4, "memory_gb": 32}, **fields))
     snap = make_snapshot(nodes, pools, [a for r in running for a in r.allocations])
     return snap, ordered, running
 
@@ -252,6 +257,18 @@ def test_early_exits_agree_with_the_plain_simulation(default: float | None) -> N
     assert {k: e.start_at for k, e in out.items() if e.start_at is not None} == expected
     assert any(e.start_at is None for e in out.values()) == (len(expected) < len(ordered))
     _assert_same_state(before, snap)
+
+
+@pytest.mark.parametrize("seed", [7, 8])
+def test_early_exits_agree_for_gangs_within_one_model_node_group_or_zone(seed: int) -> None:
+    """The capacity bound asks whether one device model / node / network group / zone has
+    room for the whole gang (forecast._gang_parts): it must never skip a start the plain
+    simulation finds."""
+    snap, ordered, running = _busy_cluster(seed=seed, nodes_per_pool=12, n_running=120, n_pending=60, gangs=True)
+    assert any(q.spec.topology for q in ordered) and any(q.spec.workers > 2 for q in ordered)
+    out = _forecast(snap, ordered, running, default_runtime_s=1800.0)
+    expected = _reference(snap, ordered, running, 1800.0)
+    assert {k: e.start_at for k, e in out.items() if e.start_at is not None} == expected
 
 
 def test_two_hundred_pending_against_five_hundred_running() -> None:

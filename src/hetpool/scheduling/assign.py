@@ -397,7 +397,7 @@ def _partitions(snap: Snapshot, rows: np.ndarray, same: str) -> list[np.ndarray]
     elif same == "zone":
         keys = snap.node_zone_array[nodes]
     else:
-        keys = np.array([snap.node_specs[int(n)].network_group or f"node:{n}" for n in nodes], dtype=object)
+        keys = snap.node_group_index[nodes]  # its network group, or the node alone
     parts = [rows[keys == key] for key in dict.fromkeys(keys.tolist())]
     # Most free devices first: the likeliest to hold the whole gang.
     return sorted(parts, key=lambda part: -int(snap.whole_free()[part].sum()))

@@ -28,7 +28,7 @@ import numpy as np
 
 from hetpool.core.inventory import DeviceModelSpec, TaskType
 from hetpool.core.tasks import TaskSpec
-from hetpool.scheduling.assign import WorkerPlacement, assign, candidate_groups
+from hetpool.scheduling.assign import WorkerPlacement, assign, candidate_groups, one_model_gang
 from hetpool.scheduling.estimate import runtime_on
 from hetpool.scheduling.explain import ETA_BEYOND_HORIZON, ETA_FORECAST, ETA_NONE, ETA_RESERVATION, Explanation, Reason
 from hetpool.scheduling.filters import CompatCheck, memoized, pool_verdict
@@ -82,7 +82,7 @@ _NOT_PLACEMENT = {"name", "description", "command", "env_vars", "runtime_estimat
 class _Pending:
     """One not-yet-started task and what is needed to decide cheaply whether to retry it."""
 
-    __slots__ = ("index", "item", "pools", "rows", "nodes", "whole", "slice", "shape", "tried", "not_before")
+    __slots__ = ("index", "item", "pools", "rows", "nodes", "parts", "whole", "slice", "shape", "tried", "not_before")
 
     def __init__(self, index: int, item: QueuedTask, snap: Snapshot, check: CompatCheck, not_before=NO_BOUND) -> None:
         self.index, self.item, self.tried = index, item, False
@@ -95,6 +95,7 @@ class _Pending:
         arrays = [snap.pools[p].row_array for p in sorted(self.pools)]
         self.rows = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int64)
         self.nodes = snap.row_node[self.rows]
+        self.parts = _gang_parts(snap, spec, self.rows)
         self.shape = (self.pools, spec.model_dump_json(exclude=_NOT_PLACEMENT))
         demand = spec.per_worker.devices
         self.whole = self.slice = None
@@ -121,12 +122,36 @@ class _Pending:
         )
         if self.whole is not None:
             slots = np.minimum(slots, np.floor(snap.whole_free()[self.rows] / self.whole + 1e-9))
-        if np.maximum(slots, 0).sum() < workers:
+        slots = np.maximum(slots, 0)
+        if slots.sum() < workers:
             return False
+        if self.parts is not None and np.bincount(self.parts, weights=slots).max() < workers:
+            return False  # no one model / node / network group / zone holds the whole gang
         if self.slice is not None:
             # Padding (-2) and broken devices (-1) count as nothing free.
             return np.floor(np.maximum(snap.dev_free.data[self.rows], 0) / self.slice + 1e-9).sum() >= workers
         return True
+
+
+def _gang_parts(snap: Snapshot, spec: TaskSpec, rows: np.ndarray) -> np.ndarray | None:
+    """For a gang that must sit within one part — one device model (assign.one_model_gang),
+    one node, network group or zone (its topology) — each row's part as a small integer, so
+    that may_fit can ask whether any one part has room for every worker. None: no such rule."""
+    same = spec.topology.same if spec.topology else "none"
+    if spec.workers < 2 or not len(rows) or (same == "none" and not one_model_gang(spec)):
+        return None
+    nodes = snap.row_node[rows]
+    keys: list[np.ndarray] = []
+    if one_model_gang(spec):
+        keys.append(snap.row_model_index[rows])
+    if same == "node":
+        keys.append(nodes)
+    elif same == "zone":
+        keys.append(np.unique(snap.node_zone_array[nodes], return_inverse=True)[1])
+    elif same != "none":
+        keys.append(snap.node_group_index[nodes])
+    combined = np.stack(keys, axis=1) if len(keys) > 1 else keys[0][:, None]
+    return np.unique(combined, axis=0, return_inverse=True)[1].reshape(-1).astype(np.int64)
 
 
 def _held(held: list[Allocation] | list[WorkerPlacement] | tuple[Allocation, ...]) -> tuple:

@@ -150,6 +150,8 @@ class Snapshot:
     row_index: dict[tuple[int, int], int] = field(init=False, repr=False, compare=False)  # (node, pool) → row
     # Per pool: one device in reference-device units (an H800 counts for more than a T4; CPU pools 0).
     unit_factors: dict[str, float] = field(init=False, repr=False, compare=False)
+    row_model_index: np.ndarray = field(init=False, repr=False, compare=False)  # per row: its device model as a small integer
+    node_group_index: np.ndarray = field(init=False, repr=False, compare=False)  # per node: its network group (or itself) as a small integer
 
     # Memo tables of the scheduling code, created empty and shared by every copy (the copies
     # keep the same pools and stacks, which is what the keys stand for).
@@ -181,6 +183,11 @@ class Snapshot:
         self.one_row_per_node = len(set(self.row_node.tolist())) == len(self.row_node)
         self.row_index = {(int(n), int(p)): r for r, (n, p) in enumerate(zip(self.row_node, self.row_pool, strict=True))}
         self.unit_factors = {p.name: 0.0 if p.model.device_class == "cpu" else p.model.perf_for(TaskType.GENERAL) for p in self.pools}
+        model_ids = {name: i for i, name in enumerate(sorted({p.model.name for p in self.pools}))}
+        self.row_model_index = np.array([model_ids[p.model.name] for p in pools], dtype=np.int64)
+        groups = [n.network_group or f"node:{i}" for i, n in enumerate(self.node_specs)]
+        group_ids = {g: i for i, g in enumerate(dict.fromkeys(groups))}
+        self.node_group_index = np.array([group_ids[g] for g in groups], dtype=np.int64)
 
     def row_perf(self, task_type) -> np.ndarray:
         """Relative performance of each row's device model for `task_type` (cached)."""
