@@ -9,6 +9,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from hetpool.core.policy import ClassRule, QueueSpec, SchedulingPolicySpec
+from hetpool.scheduling import backfill
+from hetpool.scheduling.backfill import earliest_fit
 from hetpool.scheduling.cycle import CycleResult, Decision, QueuedTask, run_cycle
 from hetpool.scheduling.filters import REASON_DEVICES, REASON_QUEUE_POOLS, REASON_UNHEALTHY
 from hetpool.scheduling.running import RunningTask
@@ -691,3 +693,39 @@ def test_tasks_do_not_all_bank_on_the_same_preferred_device() -> None:
     # Alone, the second job would have waited for the H100 too.
     alone = run_cycle(snap, [second], CHECK, T0, running=running).decisions[0]
     assert alone.explanation.to_dict()["summary"].startswith("waiting for preferred")
+
+
+def _shared_preferred_estate():
+    """H100 node g0 (also in a CPU pool): one device free, four ending in 10 minutes, three in
+    5 hours; two idle A100 nodes."""
+    running = [
+        running_task("soon", [alloc("g0", "h100", range(1, 5))], priority="high", expected_end=T0 + timedelta(minutes=10)),
+        running_task("late", [alloc("g0", "h100", range(5, 8))], priority="high", expected_end=T0 + timedelta(hours=5)),
+    ]
+    nodes = [node("g0", H100, 8, stack=CUDA_STACK), node("a0", A100, 8, stack=CUDA_STACK), node("a1", A100, 8, stack=CUDA_STACK)]
+    pools = [pool("h100", H100, ["g0"]), pool("cpu", "cpu-x86-64", ["g0"]), pool("a100", A100, ["a0", "a1"])]
+    return snapshot_with_running(nodes, pools, running), running
+
+
+def test_a_wait_for_preferred_is_asked_once_per_shape_until_the_preferred_capacity_changes(monkeypatch) -> None:
+    """prefer_waiting keeps when the preferred devices would hold a shape (the cycle's
+    wait_fits memo) only while nothing was taken on the preferred pool's capacity: here the
+    first five-device task waits for g0 (1 free + 4 ending in 10 minutes); a CPU task then
+    takes most of g0's cores through the CPU pool (g0's H100 pool and its work are
+    untouched), and the second five-device task must see that g0 can no longer host it —
+    so it takes the A100s. A memo keyed without the capacity version (Snapshot.pool_changes,
+    shared_changes) would make it wait for a start that cannot come."""
+    snap, running = _shared_preferred_estate()
+    five = {"devices": _gpus(5), "fallback": [H100, A100], "runtime_estimate": "2h", "per_worker": {"cpu": 16, "memory_gb": 64}}
+    cores = _q("cores", -2, type="preprocessing", per_worker={"cpu": 120, "memory_gb": 64})
+    queue = [_q("first", -3, **five), cores, _q("second", -1, **five)]
+    by_id = {d.task_id: d for d in run_cycle(snap, queue, CHECK, T0, running=running).decisions}
+    assert by_id["first"].explanation.reason.value == "waiting_for_preferred"
+    assert by_id["cores"].admit and by_id["cores"].assignment.placements[0].pool == "cpu"
+    assert by_id["second"].admit and {p.model for p in by_id["second"].assignment.placements} == {A100}
+    # Without the CPU task in between, the second asks the memo (no search of its own) and waits as well.
+    searches = []
+    monkeypatch.setattr(backfill, "earliest_fit", lambda *a, **k: searches.append(1) or earliest_fit(*a, **k))
+    by_id = {d.task_id: d for d in run_cycle(snap, [queue[0], queue[2]], CHECK, T0, running=running).decisions}
+    assert [by_id[t].explanation.reason.value for t in ("first", "second")] == ["waiting_for_preferred"] * 2
+    assert len(searches) == 1

@@ -216,6 +216,7 @@ def prefer_waiting(
     banked: dict[str, float],
     promise: PreferredWait | None = None,
     ending_memo: dict | None = None,
+    fit_memo: tuple[dict, tuple] | None = None,
 ) -> Explanation | None:
     """Wait for the preferred (first) candidate when it would finish before the substitute.
 
@@ -227,6 +228,11 @@ def prefer_waiting(
     `promise` is what the task was told when it started waiting: once that start has
     passed (with grace, see PreferredWait.broken) the substitute is taken, whatever the
     revised estimates say now — they were wrong once already.
+
+    `fit_memo` — (the cycle's memo, the task's shape under its constraints) — keeps when and
+    where the preferred devices would hold the task, per shape, while nothing was taken on
+    or given back to the preferred pools (Snapshot.capacity_version) and the work on them
+    is the same: tasks of one shape then ask it once, not once each.
     """
     if promise is not None and promise.broken(now):
         return None
@@ -243,7 +249,14 @@ def prefer_waiting(
     if key not in memo:
         memo[key] = by_end(list({id(r): r for pool in pools for r in by_pool.get(pool, ())}.values()))
     relevant = memo[key]
-    start, pref = earliest_fit(working, preferred, relevant, compat_check, now, ordered=True, **kwargs)
+    versions = working.capacity_version([working.pool_by_name[p] for p in pools])
+    fits, shape = fit_memo if fit_memo is not None else ({}, None)
+    found = fits.get((shape, key, versions)) if shape is not None else None
+    if found is None:
+        found = earliest_fit(working, preferred, relevant, compat_check, now, ordered=True, **kwargs)
+        if shape is not None:
+            fits[(shape, key, versions)] = found
+    start, pref = found
     if pref is None:
         return None
     model_name = pref.placements[0].model

@@ -409,7 +409,19 @@ def fit(cx: CycleInputs, st: CycleState, cand: Candidate) -> Assignment | None:
         release(working, result)
         promise = cand.item.preferred_wait
         waited = prefer_waiting(
-            working, spec, result, st.by_pool, cx.compat_check, cx.now, cx.models, cand.target_kwargs, st.banked, promise, st.ending_memo
+            working,
+            spec,
+            result,
+            st.by_pool,
+            cx.compat_check,
+            cx.now,
+            cx.models,
+            cand.target_kwargs,
+            st.banked,
+            promise,
+            st.ending_memo,
+            # data locality is scored, not part of the shape: it may pick among preferred models
+            (st.wait_fits, (cand.shape, repr(cand.kwargs["placement"]), spec.data.zone if spec.data else None)),
         )
         if waited is None:
             take(working, result)

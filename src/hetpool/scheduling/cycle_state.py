@@ -100,6 +100,7 @@ class CycleState:
     slowest_runtime: dict[tuple, float | None] = field(default_factory=dict)  # per shape and estimate (cycle_parked.may_use)
     may_use: dict[tuple, bool] = field(default_factory=dict)  # per shape, estimate and reservation (cycle_parked.may_use)
     ending_memo: dict = field(default_factory=dict)  # per preferred pools: the work on them by end (backfill.prefer_waiting)
+    wait_fits: dict = field(default_factory=dict)  # when the preferred devices hold a shape (backfill.prefer_waiting)
     banked: dict[str, float] = field(default_factory=dict)  # device-seconds waiting for each preferred model (see backfill.prefer_waiting)
     by_pool: dict[str, list[RunningTask]] = field(default_factory=dict)  # running work (and this cycle's admissions) per pool
     borrowers: list[tuple[QueueSpec, QueuedTask]] = field(default_factory=list)

@@ -146,6 +146,11 @@ class Snapshot:
     row_is_cpu: np.ndarray = field(init=False, repr=False, compare=False)  # per row: a CPU pool
     node_zone_array: np.ndarray = field(init=False, repr=False, compare=False)
     pool_free_whole: np.ndarray = field(init=False, repr=False, compare=False)  # per pool: idle whole devices
+    # Per pool: how often take() changed the capacity of one of its rows (a version for memos
+    # of what depends on a pool's capacity, e.g. backfill.prefer_waiting). CPU and memory
+    # belong to the node, so a take on a node with rows in several pools counts for each.
+    pool_changes: list[int] = field(init=False, repr=False, compare=False)
+    row_node_pools: list[tuple[int, ...]] = field(init=False, repr=False, compare=False)  # per row: the pools with a row on its node
     one_row_per_node: bool = field(init=False, repr=False, compare=False)
     row_index: dict[tuple[int, int], int] = field(init=False, repr=False, compare=False)  # (node, pool) → row
     # Per pool: one device in reference-device units (an H800 counts for more than a T4; CPU pools 0).
@@ -181,6 +186,11 @@ class Snapshot:
         # without looking at its rows.
         self.pool_free_whole = np.bincount(self.row_pool, weights=self.row_free_whole, minlength=len(self.pools)).astype(np.int64)
         self.one_row_per_node = len(set(self.row_node.tolist())) == len(self.row_node)
+        self.pool_changes = [0] * len(self.pools)
+        node_pools: dict[int, set[int]] = {}
+        for n, p in zip(self.row_node.tolist(), self.row_pool.tolist(), strict=True):
+            node_pools.setdefault(n, set()).add(p)
+        self.row_node_pools = [tuple(sorted(node_pools[n])) for n in self.row_node.tolist()]
         self.row_index = {(int(n), int(p)): r for r, (n, p) in enumerate(zip(self.row_node, self.row_pool, strict=True))}
         self.unit_factors = {p.name: 0.0 if p.model.device_class == "cpu" else p.model.perf_for(TaskType.GENERAL) for p in self.pools}
         model_ids = {name: i for i, name in enumerate(sorted({p.model.name for p in self.pools}))}
@@ -225,6 +235,7 @@ class Snapshot:
         clone.dev_free = self.dev_free.copy()
         clone.row_free_whole = self.row_free_whole.copy()
         clone.pool_free_whole = self.pool_free_whole.copy()
+        clone.pool_changes = list(self.pool_changes)
         return clone
 
     def with_own_memory(self) -> Snapshot:
@@ -282,6 +293,8 @@ class Snapshot:
     def take(self, row: int, device_indices: tuple[int, ...], fraction: float, cpu: float, memory_gb: float) -> None:
         """Mark capacity as used (an admitted worker). Updates the arrays in place."""
         node = int(self.row_node[row])
+        for pool in self.row_node_pools[row]:
+            self.pool_changes[pool] += 1
         self.free_cpu[node] -= cpu
         self.free_mem[node] -= memory_gb
         if device_indices:
@@ -292,6 +305,11 @@ class Snapshot:
             before = self.row_free_whole[row]
             self.row_free_whole[row] = int((devices >= 1.0 - 1e-9).sum())
             self.pool_free_whole[self.row_pool[row]] += self.row_free_whole[row] - before
+
+    def capacity_version(self, pools: list[int]) -> tuple:
+        """Changes so far to the capacity of `pools`' rows: equal versions mean take() has
+        not touched it in between."""
+        return tuple(self.pool_changes[p] for p in pools)
 
     def release(self, row: int, device_indices: tuple[int, ...], fraction: float, cpu: float, memory_gb: float) -> None:
         self.take(row, device_indices, -fraction, -cpu, -memory_gb)

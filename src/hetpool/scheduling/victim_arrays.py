@@ -109,6 +109,8 @@ def give_back(snap: Snapshot, held: Held | list[Held], count: tuple[int, int] | 
     `Snapshot.release` per allocation. `count`: only the first (node, device) entries."""
     h = _joined(held) if isinstance(held, list) else held
     nodes, devs = count if count is not None else (len(h.node), len(h.dev_row))
+    for pool in range(len(snap.pools)):
+        snap.pool_changes[pool] += 1  # every pool, as a bound: versions for memos (Snapshot.pool_changes)
     np.add.at(snap.free_cpu, h.node[:nodes], h.cpu[:nodes])
     np.add.at(snap.free_mem, h.node[:nodes], h.mem[:nodes])
     if devs:
