@@ -99,7 +99,15 @@ def settle(cx: CycleInputs, st: CycleState) -> None:
     if any(name not in st.reservations for name in st.reserves_owed):
         return
     st.settled = True
-    inert = {task_id for task_id, parked in st.parked.items() if not _may_wake(st, parked)}
+    wakes: dict[tuple, bool] = {}  # per what the answer depends on: most parked heads share it
+    inert = set()
+    for task_id, parked in st.parked.items():
+        key = (parked.never, parked.pools, parked.demand, parked.excluded)
+        may = wakes.get(key)
+        if may is None:
+            may = wakes[key] = _may_wake(st, parked)
+        if not may:
+            inert.add(task_id)
     st.order.skip(inert)
 
 
