@@ -60,10 +60,12 @@ def _stays_parked(cx: CycleInputs, st: CycleState, q: QueueSpec, item: QueuedTas
     parked = st.parked.get(item.id)
     if parked is None:
         return False
+    if parked.never:
+        return True  # fits no pool even idle and healthy: no capacity, try or node can change that
     tries_left = st.preemption_tries < cx.policy.max_preemption_tries
     if parked.deferred and (tries_left or _fits_grown(cx, st, item.spec, parked)):
         return False  # its preemption was deferred: it plans now if a try is left, or may fit alone
-    if not parked.never and not parked.deferred:
+    if not parked.deferred:
         if _grown_for(cx, st, item.spec, parked, tries_left):
             return False  # what grew since the previous cycle may place it (or complete a plan)
         if tries_left and st.park_counts.on(parked.pools, parked.rank) > parked.evictable:
