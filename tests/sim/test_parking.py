@@ -8,36 +8,18 @@ same places, and evict the same victims — while the parked one decides far few
 from __future__ import annotations
 
 import random
-import sys
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from datetime import UTC, datetime
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-sys.path.insert(0, str(BENCH))
-
-from estate_mix import honest_queues, honest_workload, inventory, team_quotas  # noqa: E402
-from scheduler_throughput import Estate  # noqa: E402
-
-from hetpool.catalog.compat import CompatibilityKB  # noqa: E402
-from hetpool.catalog.devices import DeviceCatalog  # noqa: E402
-from hetpool.core.policy import SchedulingPolicySpec  # noqa: E402
-from hetpool.scheduling.snapshot import build_snapshot  # noqa: E402
+from hetpool.core.policy import SchedulingPolicySpec
+from tests.sim.twin_estates import Estate, honest_workload, make_estate, same_events
 
 T0 = datetime(2026, 1, 2, tzinfo=UTC)
 
 
 def _estate(park: bool) -> Estate:
-    catalog, kb = DeviceCatalog.builtin(), CompatibilityKB.builtin()
-    models = {m.name: m for m in catalog.all()}
-    clusters, nodes, pools = inventory(24)
-    snapshot = build_snapshot(clusters, nodes, pools, models)
-    by_class: dict[str, int] = {}
-    for p in snapshot.pools:
-        by_class[p.model.device_class.value] = by_class.get(p.model.device_class.value, 0) + int(snapshot.device_totals()[p.rows].sum())
-    policy = SchedulingPolicySpec(max_heads_per_cycle=0, max_preemption_tries=10_000, park_waiting=park)
-    return Estate(snapshot, models, kb, queues=honest_queues(), quotas=team_quotas(by_class), policy=policy)
+    return make_estate(SchedulingPolicySpec(max_heads_per_cycle=0, max_preemption_tries=10_000, park_waiting=park))
 
 
 def _actions(result) -> list[tuple]:
@@ -65,18 +47,5 @@ def test_parking_changes_no_admission_and_no_eviction(seed: int) -> None:
         assert _actions(results[True]) == _actions(results[False])
         passed_over += results[True].parked
         assert results[False].parked == 0
-        # The same events for both: time passes, work ends, work arrives, a node flips.
-        now += timedelta(minutes=rng.choice([5, 30, 120]))
-        ending = sorted(t for t, end in parked.ends.items() if end <= now or rng.random() < 0.1)
-        arrivals = honest_workload(rng.randint(0, 15), rng, next_id, now)
-        next_id += 15
-        flip = rng.choice(sorted(parked.snapshot.node_by_name)) if rng.random() < 0.3 else None
-        for estate in (parked, plain):
-            for task_id in ending:
-                estate.finish(task_id)
-            for item in arrivals:
-                estate.queue[item.id] = item
-            if flip is not None:
-                index = estate.snapshot.node_by_name[flip]
-                estate.snapshot.node_healthy[index] = not estate.snapshot.node_healthy[index]
+        now, next_id = same_events((parked, plain), rng, now, next_id, 15)
     assert passed_over > 0 and decided[True] < decided[False]  # parking really passed heads over
