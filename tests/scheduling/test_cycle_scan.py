@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from hetpool.core.policy import SchedulingPolicySpec
+from hetpool.core.policy import QueueSpec, SchedulingPolicySpec
 from hetpool.scheduling.cycle import QueuedTask, run_cycle
 from tests.scheduling.factories import CUDA_STACK, alloc, compat_check, make_snapshot, node, pool, running_task, snapshot_with_running, task
 
@@ -102,3 +102,24 @@ def test_a_what_if_cycle_leaves_the_schedulers_memory_alone() -> None:
     run_cycle(snap.with_own_memory(), queue, CHECK, T0, policy=policy.model_copy(update={"estimate_horizon": 999}), estimate=False)
     assert snap.scan_cursor == cursor and snap.parking["state"].parked == parked
     assert snap.parking["state"].policy_key == repr(policy)
+
+
+def test_every_queue_gets_a_share_of_the_front_however_stuck_another_queue_is() -> None:
+    """As Kueue tries every ClusterQueue's head each cycle: a FIFO queue of small tasks that
+    fit is not kept waiting behind another queue's stuck high-priority gangs until the
+    rotation happens to reach it (the honest benchmark's `prep` queue waited ~25 cycles)."""
+    queues = [QueueSpec(name="train", task_types=["training"], order=10), QueueSpec(name="prep", task_types=["preprocessing"], ordering="fifo", order=20)]
+    stuck = [QueuedTask(f"big{i}", task(f"big{i}", priority="high", workers=3, devices={"class": "gpu", "count": 8}), T0) for i in range(20)]
+    # Arrived after every stuck gang: in plain queue order, all 20 come first.
+    prep = [QueuedTask(f"prep{i}", task(f"prep{i}", type="preprocessing", priority="low"), T0 + timedelta(minutes=i)) for i in range(6)]
+    policy = SchedulingPolicySpec(max_heads_per_cycle=4, park_waiting=False)  # front of 2: one turn per queue
+    snap, queue, admitted = _estate(), stuck + prep, []
+    for cycle in range(3):
+        result = run_cycle(snap, [q for q in queue if q.id not in admitted], CHECK, T0, policy=policy, estimate=False, queues=queues)
+        decided = [d.task_id for d in result.decisions]
+        assert "big0" in decided  # the most deserving head of the stuck queue is still decided every cycle
+        assert f"prep{cycle}" in [d.task_id for d in result.admitted]  # and the prep queue's head starts at once
+        admitted += [d.task_id for d in result.admitted]
+    # A queue with nothing to decide leaves its share to the others (water-filling).
+    result = run_cycle(_estate(), stuck, CHECK, T0, policy=policy, estimate=False, queues=queues)
+    assert [d.task_id for d in result.decisions][:2] == ["big0", "big1"]

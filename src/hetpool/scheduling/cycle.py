@@ -289,7 +289,11 @@ def heads(st: CycleState, blame: Blame, budget: int = 0, cursor: list | None = N
     second half from where the previous cycle's scan stopped (`cursor`, as Slurm's
     bf_continue), so that every task deeper in the queue gets its turn within a few cycles
     however stuck the front is. Heads passed over carry to the next cycle without a new
-    decision (they keep the explanation they had)."""
+    decision (they keep the explanation they had).
+
+    The first half is shared between the queues (max-min, see `_FrontShare`): as Kueue
+    tries the head of every ClusterQueue each cycle, one queue's stuck high-priority heads
+    must not keep another queue's work that fits from its turn for dozens of cycles."""
     front = budget - budget // 2
     resume_at = cursor[0] if cursor else 0
     position = decided = 0
@@ -299,9 +303,12 @@ def heads(st: CycleState, blame: Blame, budget: int = 0, cursor: list | None = N
             continue
         decided += 1
         yield taken
+    share = _FrontShare(st.order, front - decided) if budget else None
     while not budget or decided < budget:
         blame.task_id = None  # choosing the next head is no one task's evaluation
         if (popped := st.order.pop()) is None:
+            if share is not None and share.widen(front - decided):
+                continue  # queues held at their share take what the others left of the front
             position = 0  # the whole queue was seen: the next scan starts over
             break
         position += 1
@@ -312,12 +319,42 @@ def heads(st: CycleState, blame: Blame, budget: int = 0, cursor: list | None = N
             st.parked_over += 1  # parked: it keeps its explanation, and costs no budget
             continue
         decided += 1
+        if share is not None:
+            share.count(popped[0].name, front - decided)
         yield popped
+    st.order.resume()
     if budget and cursor is not None:
         # Where the next scan resumes: admitted tasks leave the queue, moving every later one up.
         cursor[0] = max(0, position - sum(d.admit for d in st.decisions)) if position else 0
     st.deferring_done = True
     yield from st.borrowers
+
+
+class _FrontShare:
+    """Max-min shares of a bounded cycle's front between the queues (water-filling): each
+    open queue may take `cap` heads, a queue at its cap is paused, and when every other
+    queue has run dry the paused ones share what is left of the front. Parked heads passed
+    over cost no share, as they cost no budget."""
+
+    def __init__(self, order: QueueOrder, front: int) -> None:
+        self.order, self.turns = order, {}
+        self.cap = max(1, front // max(1, order.open_queues()))
+
+    def count(self, queue_name: str, front_left: int) -> None:
+        if front_left <= 0:
+            self.order.resume()  # the front is spent: the rest of the budget in plain queue order
+            return
+        self.turns[queue_name] = self.turns.get(queue_name, 0) + 1
+        if self.turns[queue_name] >= self.cap:
+            self.order.pause(queue_name)
+
+    def widen(self, front_left: int) -> bool:
+        """Resume the paused queues with a higher cap; False: none was paused."""
+        if not self.order.paused:
+            return False
+        self.cap += max(1, front_left // len(self.order.paused))
+        self.order.resume()
+        return True
 
 
 # ----------------------------------------------------------------- 2. nominate

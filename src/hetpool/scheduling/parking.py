@@ -71,7 +71,11 @@ __all__ = [
     "usable_pools",
 ]
 
-PARKABLE = frozenset({Reason.WAITING_FOR_CAPACITY, Reason.NEVER_FITS})
+# A head blocked by another head's reservation is kept off that reservation's nodes: it is
+# let go when they are no longer kept from it (the reservation ended, moved, or it may now
+# backfill it) and a worker of it fits there, as any head kept off reserved nodes is.
+PARKABLE = frozenset({Reason.WAITING_FOR_CAPACITY, Reason.NEVER_FITS, Reason.BLOCKED_BY_RESERVATION})
+_MAY_RESERVE = frozenset({Reason.WAITING_FOR_CAPACITY, Reason.BLOCKED_BY_RESERVATION})
 MAX_PARKED_CYCLES = 64
 MAX_PARKED_S = 600.0
 
@@ -277,7 +281,7 @@ def close_parking(park: Parking, working: Snapshot, decisions: list, candidates:
             continue  # no pool to watch: decided every cycle
         reserved = cand.target_kwargs.get("reserved_nodes")
         excluded = frozenset(np.flatnonzero(reserved).tolist()) if reserved is not None else frozenset()
-        reserves = d.explanation.reason is Reason.WAITING_FOR_CAPACITY and cand.queue.ordering != "fifo"
+        reserves = d.explanation.reason in _MAY_RESERVE and cand.queue.ordering != "fifo"
         evict = 0 if never else counts.on(pools, rank)
         demand = worker_demand(cand.item.spec)
         late = d.task_id in deferred

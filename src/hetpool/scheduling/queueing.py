@@ -161,6 +161,7 @@ class QueueOrder:
         self.lines: dict[str, dict[int, dict[str, deque]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(deque)))
         self.heaps: dict[tuple[str, int], list] = defaultdict(list)
         self.blocked: set[str] = set()
+        self.paused: set[str] = set()  # at their share of a bounded cycle's front (cycle.heads): resumed later
         self.where: dict[str, tuple[str, int, str, _Entry]] = {}  # task id → (queue, level, tenant, entry): see take(), entry()
         # Per queue: its best head and the fair-share epoch it was found at. A pop changes
         # only the popped queue's head, and an admission (which changes shares) is rare next
@@ -217,6 +218,17 @@ class QueueOrder:
     def block(self, queue_name: str) -> None:
         self.blocked.add(queue_name)
 
+    def pause(self, queue_name: str) -> None:
+        """Hand out nothing more from this queue until `resume()` (unlike block(), for now)."""
+        self.paused.add(queue_name)
+
+    def resume(self) -> None:
+        self.paused.clear()
+
+    def open_queues(self) -> int:
+        """Queues with a task not handed out, not blocked."""
+        return sum(1 for name, levels in self.lines.items() if name not in self.blocked and any(line for tenants in levels.values() for line in tenants.values()))
+
     def _head(self, queue_name: str):
         for level in self.levels[queue_name]:
             heap = self.heaps[(queue_name, level)]
@@ -238,7 +250,7 @@ class QueueOrder:
         """(queue, item) with the best head over all queues, or None when all are empty."""
         best, epoch = None, self.fair.epoch
         for name in self.lines:
-            if name in self.blocked:
+            if name in self.blocked or name in self.paused:
                 continue
             cached = self._heads.get(name)
             if cached is not None and cached[1] == epoch:
