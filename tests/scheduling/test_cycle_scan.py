@@ -108,7 +108,10 @@ def test_every_queue_gets_a_share_of_the_front_however_stuck_another_queue_is() 
     """As Kueue tries every ClusterQueue's head each cycle: a FIFO queue of small tasks that
     fit is not kept waiting behind another queue's stuck high-priority gangs until the
     rotation happens to reach it (the honest benchmark's `prep` queue waited ~25 cycles)."""
-    queues = [QueueSpec(name="train", task_types=["training"], order=10), QueueSpec(name="prep", task_types=["preprocessing"], ordering="fifo", order=20)]
+    queues = [
+        QueueSpec(name="train", task_types=["training"], order=10),
+        QueueSpec(name="prep", task_types=["preprocessing"], ordering="fifo", order=20),
+    ]
     stuck = [QueuedTask(f"big{i}", task(f"big{i}", priority="high", workers=3, devices={"class": "gpu", "count": 8}), T0) for i in range(20)]
     # Arrived after every stuck gang: in plain queue order, all 20 come first.
     prep = [QueuedTask(f"prep{i}", task(f"prep{i}", type="preprocessing", priority="low"), T0 + timedelta(minutes=i)) for i in range(6)]

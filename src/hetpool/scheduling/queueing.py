@@ -227,7 +227,8 @@ class QueueOrder:
 
     def open_queues(self) -> int:
         """Queues with a task not handed out, not blocked."""
-        return sum(1 for name, levels in self.lines.items() if name not in self.blocked and any(line for tenants in levels.values() for line in tenants.values()))
+        lines = ((name, line) for name, levels in self.lines.items() for tenants in levels.values() for line in tenants.values())
+        return len({name for name, line in lines if line and name not in self.blocked})
 
     def _head(self, queue_name: str):
         for level in self.levels[queue_name]:
