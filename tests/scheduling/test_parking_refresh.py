@@ -41,3 +41,15 @@ def test_refreshes_are_rationed_oldest_first() -> None:
         now += timedelta(seconds=1)
     assert [len(r) for r in refreshed] == [2, 2, 1]
     assert sorted(t for r in refreshed for t in r) == [f"w{i}" for i in range(1, 6)]  # each of the older five once
+
+
+def test_a_head_that_never_fits_is_not_refreshed_by_time() -> None:
+    """Its explanation (no pool could hold it even idle and healthy) depends on nothing time
+    changes; refreshing it would only spend the refresh ration others need."""
+    snap = snapshot_with_running([node("g0", "nvidia-h100", 8, stack=CUDA_STACK)], [pool("h100", "nvidia-h100", ["g0"])], [])
+    huge = QueuedTask("huge", task("huge", devices={"class": "gpu", "count": 8}, workers=2), T0)  # two 8-GPU nodes: there is one
+    policy = SchedulingPolicySpec(max_heads_per_cycle=16, park_waiting=True)
+    first = run_cycle(snap, [huge], CHECK, T0, policy=policy, estimate=False)
+    assert first.decisions[0].explanation.reason.value == "never_fits"
+    later = run_cycle(snap, [huge], CHECK, T0 + timedelta(seconds=10 * MAX_PARKED_S), policy=policy, estimate=False)
+    assert later.decisions == [] and later.parked == 1

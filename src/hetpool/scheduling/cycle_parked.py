@@ -12,7 +12,7 @@ from hetpool.core.policy import QueueSpec
 from hetpool.core.tasks import TaskSpec
 from hetpool.scheduling.backfill import Reservation, ends_before, slowest_runtime_s
 from hetpool.scheduling.cycle_state import Candidate, CycleInputs, CycleState, idle_key, shape_key
-from hetpool.scheduling.parking import fits_on_rows, rows_of_pools, usable_pools
+from hetpool.scheduling.parking import fits_on_rows, rows_of_pools, usable_pools, worker_slots
 
 if TYPE_CHECKING:
     from hetpool.scheduling.cycle import QueuedTask
@@ -63,7 +63,7 @@ def _stays_parked(cx: CycleInputs, st: CycleState, q: QueueSpec, item: QueuedTas
     if parked.never:
         return True  # fits no pool even idle and healthy: no capacity, try or node can change that
     tries_left = st.preemption_tries < cx.policy.max_preemption_tries
-    if parked.deferred and (tries_left or _fits_grown(cx, st, item.spec, parked)):
+    if parked.deferred and (tries_left or (_fits_grown(cx, st, item.spec, parked) and _gang_fits(st, item.spec, parked))):
         return False  # its preemption was deferred: it plans now if a try is left, or may fit alone
     if not parked.deferred:
         if _grown_for(cx, st, item.spec, parked, tries_left):
@@ -133,7 +133,31 @@ def _grown_for(cx: CycleInputs, st: CycleState, spec: TaskSpec, parked, tries_le
         return False  # nothing grew where it could go (the common case: no numpy at all)
     if parked.evictable and tries_left:
         return True
-    return _fits_grown(cx, st, spec, parked)
+    return _fits_grown(cx, st, spec, parked) and _gang_fits(st, spec, parked)
+
+
+def _gang_fits(st: CycleState, spec: TaskSpec, parked) -> bool:
+    """Could all workers of a gang be placed now, capacity alone? A worker fitting a row
+    that grew is not enough for a gang (on the benchmark's estate most heads let go by
+    growth were gangs that failed again). An upper bound: on the rows of the pools it could
+    use, the workers each row could hold — one device model holds them all unless it may
+    mix models (as assign places a gang) — must number at least its workers. A "no" holds
+    for the rest of the cycle (capacity only shrinks between heads), as in `_fits`."""
+    demand = parked.demand
+    if spec.workers <= 1 or demand is None:
+        return True
+    devices = spec.per_worker.devices
+    one_model = devices is not None and not devices.mix_models  # as assign partitions a gang
+    key = ("gang", parked.pools, demand, spec.workers, one_model)
+    if key in st.no_fit:
+        return False
+    rows = st.rows_on_pools.get(("all", parked.pools))
+    if rows is None:
+        rows = st.rows_on_pools[("all", parked.pools)] = rows_of_pools(st.working, np.arange(len(st.working.row_node)), parked.pools)
+    if worker_slots(st.working, rows, demand, spec.workers, by_model=one_model) >= spec.workers:
+        return True
+    st.no_fit.add(key)
+    return False
 
 
 def _fits_grown(cx: CycleInputs, st: CycleState, spec: TaskSpec, parked) -> bool:

@@ -37,6 +37,7 @@ over, as a carried one is (it keeps its explanation), until one of these happens
   long queue's every head within 8 cycles: ~5,000 heads a cycle for a 40,000-task queue,
   more than a cycle's whole budget; and unrationed, every head parked in one cycle came due
   in the same later one (the benchmark's steady state re-decided its whole budget then).
+  A head that never fits is not refreshed by time: nothing in its explanation depends on it.
 
 The parked set and the capacity it is compared against are kept with the snapshot that the
 server and the simulator keep across cycles (`Snapshot.parking`); a snapshot built anew (a
@@ -69,6 +70,7 @@ __all__ = [
     "open_parking",
     "rows_of_pools",
     "usable_pools",
+    "worker_slots",
 ]
 
 # A head blocked by another head's reservation is kept off that reservation's nodes: it is
@@ -153,6 +155,27 @@ def fits_on_rows(working: Snapshot, rows: np.ndarray, demand: tuple[int, float, 
     fits = working.node_healthy[nodes] & (working.row_free_whole[rows] >= whole)
     fits &= (working.free_cpu[nodes] >= cpu - 1e-9) & (working.free_mem[nodes] >= mem - 1e-9)
     return bool(fits.any())
+
+
+def worker_slots(working: Snapshot, rows: np.ndarray, demand: tuple[int, float, float], most: int, by_model: bool) -> int:
+    """How many whole workers of `demand` `rows` could hold now, at most `most` per row — in
+    the best device model alone when `by_model`. An upper bound: rows on one node each count
+    the node's CPU and memory."""
+    if not len(rows):
+        return 0
+    whole, cpu, mem = demand
+    nodes = working.row_node[rows]
+    slots = np.where(working.node_healthy[nodes], most, 0)
+    if whole:
+        slots = np.minimum(slots, working.row_free_whole[rows] // whole)
+    if cpu > 0:
+        slots = np.minimum(slots, np.floor((working.free_cpu[nodes] + 1e-9) / cpu).astype(np.int64))
+    if mem > 0:
+        slots = np.minimum(slots, np.floor((working.free_mem[nodes] + 1e-9) / mem).astype(np.int64))
+    slots = np.maximum(slots, 0)
+    if by_model:
+        return int(np.bincount(working.row_model_index[rows], weights=slots).max())
+    return int(slots.sum())
 
 
 def grown_pools(snap: Snapshot, rows: np.ndarray | None) -> frozenset[int] | None:
@@ -250,6 +273,8 @@ def open_parking(snapshot: Snapshot, policy, running: list[RunningTask], quota, 
             del park.parked[task_id]
             continue
         p.cycles += 1
+        if p.never:
+            continue  # nothing in its explanation depends on time: no refresh (a rank change lets it go above)
         if p.cycles > MAX_PARKED_CYCLES or (p.parked_at is not None and (now - p.parked_at).total_seconds() >= MAX_PARKED_S):
             stale.append((p.parked_at or now, -p.cycles, task_id))
     # The refresh is rationed, oldest first: heads parked in the same cycle would otherwise
