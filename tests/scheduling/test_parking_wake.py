@@ -32,7 +32,9 @@ def test_a_head_blocked_by_a_reservation_waits_parked_until_the_reservation_is_g
 
 def test_a_parked_gang_is_let_go_when_all_its_workers_could_fit_not_one() -> None:
     end = T0 + timedelta(hours=5)
-    busy = {n: running_task(f"r-{n}", [alloc(n, "h100", range(8))], priority="critical", preemptible=False, expected_end=end) for n in ("g0", "g1", "g2")}
+    busy = {
+        n: running_task(f"r-{n}", [alloc(n, "h100", range(8))], priority="critical", preemptible=False, expected_end=end) for n in ("g0", "g1", "g2")
+    }
     busy["a0"] = running_task("r-a0", [alloc("a0", "a100", range(8))], priority="critical", preemptible=False, expected_end=end)
     nodes = [node(n, "nvidia-h100", 8, stack=CUDA_STACK) for n in ("g0", "g1", "g2")] + [node("a0", "nvidia-a100-80g", 8, stack=CUDA_STACK)]
     snap = snapshot_with_running(nodes, [pool("h100", "nvidia-h100", ["g0", "g1", "g2"]), pool("a100", "nvidia-a100-80g", ["a0"])], busy.values())
