@@ -8,6 +8,7 @@ import numpy as np
 
 from hetpool.core.inventory import TaskType
 from hetpool.core.tasks import Priority
+from hetpool.scheduling.assign import assign
 from hetpool.scheduling.preempt import PreemptionPlan, find_victims
 from hetpool.scheduling.running import RunningTask
 from hetpool.scheduling.snapshot import Allocation, Snapshot
@@ -229,3 +230,59 @@ def test_cpu_freed_by_a_victim_counts() -> None:
     plan = find_victims(snap, _gpus(8, per_worker={"cpu": 64}), HIGH, running, CHECK, preemptor_id="p")
     assert _ids(plan) == ["cpu-hog"]
     assert plan.reason == "preempted by p (priority high) to free 120 CPU on g0"
+
+
+def _minimal_plainly(snap: Snapshot, spec, chosen: list[RunningTask]) -> list[str]:
+    """The minimisation as first written: every victim put back in reverse order, one
+    placement each, kept evicted only when the task no longer fits without it."""
+    scratch = snap.copy()
+    for victim in chosen:
+        for a in victim.allocations:
+            scratch.release(scratch.row_of(a.node, a.pool), a.device_indices, a.device_fraction, a.cpu, a.memory_gb)
+    needed = {chosen[-1].id}
+    for victim in reversed(chosen[:-1]):
+        for a in victim.allocations:
+            scratch.take(scratch.row_of(a.node, a.pool), a.device_indices, a.device_fraction, a.cpu, a.memory_gb)
+        if not assign(scratch, spec, CHECK).feasible:
+            for a in victim.allocations:
+                scratch.release(scratch.row_of(a.node, a.pool), a.device_indices, a.device_fraction, a.cpu, a.memory_gb)
+            needed.add(victim.id)
+    return [v.id for v in chosen if v.id in needed]
+
+
+def test_victims_put_back_off_the_placement_are_the_plain_minimisations(monkeypatch) -> None:
+    """find_victims puts a victim back without a placement when it holds nothing on the nodes
+    of a placement that fits (most of a busy estate's chosen victims are small ones
+    elsewhere). Random estates: the same victims as asking a placement for every one, and
+    fewer placements asked."""
+    import hetpool.scheduling.preempt as preempt
+
+    calls = {"n": 0}
+
+    def counted(*args, **kwargs):
+        calls["n"] += 1
+        return assign(*args, **kwargs)
+
+    monkeypatch.setattr(preempt, "assign", counted)
+    rng = np.random.default_rng(7)
+    fewer = 0
+    for trial in range(30):
+        running, n = [], 6
+        for i in range(n):
+            free = list(range(8))
+            rng.shuffle(free)
+            while free:
+                k = int(rng.integers(1, 4))
+                taken, free = free[:k], free[k:]
+                running.append(_running(f"r{trial}-{i}-{len(free)}", [alloc(f"g{i}", "a100", taken)], started_min=int(rng.integers(0, 100))))
+        snap = _cluster(n, running)
+        spec = _gpus(count=int(rng.integers(1, 9)), workers=int(rng.integers(1, 3)))
+        calls["n"] = 0
+        plan = find_victims(snap, spec, HIGH, running, CHECK)
+        assert plan is not None and plan.assignment.feasible
+        order = sorted(running, key=lambda r: (r.priority_rank, -r.started_at.timestamp(), sum(len(a.device_indices) for a in r.allocations), r.id))
+        # The prefix find_victims chose: its victims are a subset of it, the last one included.
+        last = max(order.index(v) for v in plan.victims)
+        assert _ids(plan) == _minimal_plainly(snap, spec, order[: last + 1])
+        fewer += calls["n"] < last + 1
+    assert fewer > 0

@@ -79,17 +79,27 @@ def find_victims(
     # moment ago. Every earlier one is put back in turn and stays back if the task
     # still fits, so a cheap early victim that the later, bigger ones made redundant
     # (e.g. one on another node) is spared.
-    needed = [chosen[-1]]
+    # `fit` is a placement valid on `scratch` as it stands: a victim that holds nothing on its
+    # nodes is put back without asking for a placement (it still fits there) — on a busy
+    # estate most chosen victims are small ones elsewhere, and each placement costs ~1 ms.
+    needed, fit = [chosen[-1]], assign(scratch, task, compat_check, **assign_kwargs)
     for victim in reversed(chosen[:-1]):
         _take(scratch, victim)
-        if not assign(scratch, task, compat_check, **assign_kwargs).feasible:
+        if fit.feasible and not _on_nodes_of(victim, fit):
+            continue
+        placed = assign(scratch, task, compat_check, **assign_kwargs)
+        if placed.feasible:
+            fit = placed
+        else:
             _release(scratch, victim)
             needed.append(victim)
     kept = {id(v) for v in needed}
     victims = [v for v in chosen if id(v) in kept]  # keep eviction order
 
-    # `scratch` now holds exactly the final victims released; place on it for the plan.
+    # `scratch` now holds exactly the final victims released; place on it for the plan
+    # (`fit` still holds there, should the search not find it again).
     final = assign(scratch, task, compat_check, **assign_kwargs)
+    final = final if final.feasible or not fit.feasible else fit
     reason = _reason(snap, task, task_priority_rank, victims, preemptor_id)
     if any(v.id in reclaimable for v in victims):
         reason = f"quota reclaimed by {task.tenant}: " + reason
@@ -152,6 +162,11 @@ def _apply(snap: Snapshot, victim: RunningTask, sign: float) -> None:
                 snap.free_mem[n] -= sign * a.memory_gb
             continue
         snap.take(row, a.device_indices, sign * a.device_fraction, sign * a.cpu, sign * a.memory_gb)
+
+
+def _on_nodes_of(victim: RunningTask, placed: Assignment) -> bool:
+    nodes = {p.node for p in placed.placements}
+    return any(a.node in nodes for a in victim.allocations)
 
 
 def _release(snap: Snapshot, victim: RunningTask) -> None:
