@@ -294,14 +294,32 @@ class QuotaBook:
         victim = self.charged.get(victim_id)
         if victim is None or not victim.borrowing:
             return False
-        if victim.tenant == spec.tenant:
+        return self.may_reclaim(spec, victim.tenant, self._cohorts_of(victim))
+
+    def _cohorts_of(self, record: _Charged) -> frozenset[str]:
+        return frozenset(self._cohort_key(self.quotas[name]) for name, _ in record.amounts)
+
+    def reclaim_groups(self, task_ids: Iterable[str]) -> dict[tuple[str, frozenset[str]], list[str]]:
+        """The borrowing tasks among `task_ids`, grouped by all that `reclaimable_by` asks of
+        them — their tenant and the cohorts they are charged in — so that a lender asks once
+        per group (`may_reclaim`), not once per borrower."""
+        groups: dict[tuple[str, frozenset[str]], list[str]] = {}
+        for task_id in task_ids:
+            record = self.charged.get(task_id)
+            if record is not None and record.borrowing:
+                groups.setdefault((record.tenant, self._cohorts_of(record)), []).append(task_id)
+        return groups
+
+    def may_reclaim(self, spec: TaskSpec, tenant: str, cohorts: frozenset[str]) -> bool:
+        """May `spec` reclaim from a borrower of `tenant` charged in `cohorts`?"""
+        if tenant == spec.tenant:
             return False
         # Asked for every borrower by each lender of a cycle: the cohorts are the book's constants.
         key = (spec.tenant, spec.env.value, spec.task_type.value)
         mine = self._cohort_keys.get(key)
         if mine is None:
             mine = self._cohort_keys[key] = frozenset(self._cohort_key(q) for q in self.applicable(*key))
-        return any(self._cohort_key(self.quotas[name]) in mine for name, _ in victim.amounts)
+        return not mine.isdisjoint(cohorts)
 
     def usage(self) -> list[dict]:
         """Per quota and resource: nominal, used, borrowed (over nominal), lent (own idle

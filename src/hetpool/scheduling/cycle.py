@@ -556,10 +556,12 @@ def _retold(expl: Explanation, reason: Reason, **facts) -> Explanation:
 
 def _blocking_reservation(cx: CycleInputs, st: CycleState, cand: Candidate) -> Reservation | None:
     """The reservation that alone keeps the task from starting now (None: not one)."""
-    if not cand.blocking:
+    if not cand.blocking or cand.base_shape in st.no_fit_unreserved:
         return None
     free = assign(st.working, cand.spec, cx.compat_check, **cand.kwargs)
     if not free.feasible:
+        # Capacity only shrinks between two heads: the shape stays unplaceable this cycle.
+        st.no_fit_unreserved.add(cand.base_shape)
         return None
     nodes = {p.node for p in free.placements}
     return next((r for r in cand.blocking if r.nodes & nodes), cand.blocking[0])

@@ -80,13 +80,23 @@ def _stays_parked(cx: CycleInputs, st: CycleState, q: QueueSpec, item: QueuedTas
     plans = parked.evictable and not parked.deferred and tries_left
     if not plans and not _fits_on_nodes(st, parked.excluded, parked):
         return True
-    spec = item.spec
-    key = (spec.placement_shape, spec.runtime_estimate, tuple(st.reservations))
-    if key not in st.excluded_now:  # once per shape while the cycle's reservations stay the same
-        nodes = cx.snapshot.node_by_name
-        st.excluded_now[key] = {nodes[n] for r in st.reservations.values() if not may_use(cx, st, spec, r) for n in r.nodes}
-    freed = parked.excluded - st.excluded_now[key]
+    freed = parked.excluded - _kept_off_now(cx, st, item.spec)
     return not (freed and (plans or _fits_on_nodes(st, frozenset(freed), parked)))
+
+
+def _kept_off_now(cx: CycleInputs, st: CycleState, spec: TaskSpec) -> frozenset[int]:
+    """The nodes this cycle's reservations that `spec` must not delay hold: which ones, once
+    per shape while the reservations stay the same; their nodes, once per such set (a
+    reservation may hold hundreds of nodes, and thousands of parked heads ask)."""
+    key = (spec.placement_shape, spec.runtime_estimate, tuple(st.reservations))
+    blocking = st.blocking_of.get(key)
+    if blocking is None:
+        blocking = st.blocking_of[key] = _blocking_ids(cx, st, spec)
+    nodes = st.excluded_now.get(blocking)
+    if nodes is None:
+        by_name, ids = cx.snapshot.node_by_name, set(blocking)
+        nodes = st.excluded_now[blocking] = frozenset(by_name[n] for r in st.reservations.values() if r.task_id in ids for n in r.nodes)
+    return nodes
 
 
 def settle(cx: CycleInputs, st: CycleState) -> None:

@@ -148,9 +148,10 @@ def _reclaimable_ids(cx: CycleInputs, st: CycleState, spec) -> frozenset[str]:
     key = (spec.tenant, spec.env, spec.task_type)
     if key not in st.reclaimable:
         quota = cx.quota
-        if None not in st.reclaimable:  # the borrowers, once per cycle: they rule out most of the running work
-            st.reclaimable[None] = frozenset(r.id for r in cx.running if r.preemptible and quota.is_borrowing(r.id))
-        st.reclaimable[key] = frozenset(task_id for task_id in st.reclaimable[None] if quota.reclaimable_by(spec, task_id))
+        if None not in st.reclaimable:  # the borrowers, once per cycle, grouped by what a lender asks of them
+            st.reclaimable[None] = quota.reclaim_groups(r.id for r in cx.running if r.preemptible)
+        groups = st.reclaimable[None].items()
+        st.reclaimable[key] = frozenset(task_id for (tenant, cohorts), ids in groups if quota.may_reclaim(spec, tenant, cohorts) for task_id in ids)
     return st.reclaimable[key]
 
 

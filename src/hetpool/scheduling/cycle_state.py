@@ -68,7 +68,7 @@ class CycleState:
     evicting: set[str] = field(default_factory=set)
     # Preemptible running work per priority rank, less what this cycle evicts (see preemptible_below).
     preemptible_ranks: dict[int, int] = field(default_factory=dict)
-    reclaimable: dict[tuple | None, frozenset[str]] = field(default_factory=dict)  # per (tenant, env, type), None: all borrowers (cycle_preempt)
+    reclaimable: dict = field(default_factory=dict)  # per (tenant, env, type): ids; None: the borrowers by reclaim group (cycle_preempt)
     preemption_tries: int = 0  # heads that planned a preemption this cycle (policy.max_preemption_tries)
     overran: list | None = None  # running work past its own estimate, once per cycle (cycle_preempt.plan_overrun_eviction)
     running_arrays: object = None  # the running work as victim_arrays.RunningArrays, once per cycle (cycle_preempt._victims)
@@ -84,7 +84,9 @@ class CycleState:
     parked_over: int = 0  # parked heads passed over this cycle
     reserves_owed: set[str] = field(default_factory=set)  # queues with a parked head that would take their reservation (Parked.reserves)
     settled: bool = False  # parked heads that can no longer be let go were passed over at once (cycle_parked.settle)
-    excluded_now: dict[tuple, set[int]] = field(default_factory=dict)  # see cycle.still_parked
+    no_fit_unreserved: set[str] = field(default_factory=set)  # shapes that fit nowhere free, reservations aside (cycle._blocking_reservation)
+    blocking_of: dict[tuple, tuple[str, ...]] = field(default_factory=dict)  # see cycle_parked._kept_off_now
+    excluded_now: dict[tuple[str, ...], frozenset[int]] = field(default_factory=dict)  # see cycle_parked._kept_off_now
     rows_of_nodes: dict[frozenset, np.ndarray] = field(default_factory=dict)  # see cycle_parked._fits_on_nodes
     no_fit: set[tuple] = field(default_factory=set)  # see cycle_parked._fits
     rows_on_pools: dict[tuple, np.ndarray] = field(default_factory=dict)  # see cycle_parked._fits
