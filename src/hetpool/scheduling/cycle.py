@@ -69,7 +69,7 @@ from hetpool.scheduling.explain import (
 from hetpool.scheduling.filters import CompatCheck, memoized
 from hetpool.scheduling.forecast import attach_estimates
 from hetpool.scheduling.parking import close_parking, grown_pools, open_parking
-from hetpool.scheduling.queueing import MAX_RANK, QueueOrder, effective_rank, route
+from hetpool.scheduling.queueing import MAX_RANK, QueueOrder, RankMemo, route
 from hetpool.scheduling.quota_fit import never_within_quota
 from hetpool.scheduling.quota_view import QuotaCeiling, QuotaLedger
 from hetpool.scheduling.running import RunningTask, revise_overruns
@@ -229,6 +229,7 @@ def open_cycle(cx: CycleInputs, queue: list[QueuedTask], queues: list[QueueSpec]
     # One pass over the whole queue, the only per-cycle work proportional to it: keep it lean.
     routes: dict[tuple, QueueSpec] = {}  # the queue depends on these three fields alone (queueing.route)
     aging, rows = policy.aging_per_hour, []
+    ranks = RankMemo(snapshot.rank_memo, now, aging)
     for item in queue:
         spec = item.spec
         key = (spec.queue, spec.task_type, spec.template)
@@ -237,9 +238,10 @@ def open_cycle(cx: CycleInputs, queue: list[QueuedTask], queues: list[QueueSpec]
             blame.task_id = item.id
             q = routes[key] = route(spec, queues)
         base = spec.priority.rank
-        rank = effective_rank(base, item.queued_at, now, aging) if aging and base < MAX_RANK else base
+        rank = ranks.rank(item.id, base, item.queued_at) if aging and base < MAX_RANK else base
         rows.append((q, item.queued_at, item.id, rank, spec.tenant, item))
     blame.task_id = None
+    ranks.prune(len(queue))
     order = QueueOrder.of(rows, fair, now)
     st = CycleState(
         working=snapshot.copy(),

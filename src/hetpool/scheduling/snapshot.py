@@ -174,6 +174,8 @@ class Snapshot:
     parking: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     # Tasks whose preemption is under way → cycles left to claim what it frees (cycle.heads).
     preemptors: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    # Queued task id → its priority rank with aging and until when it holds (queueing.RankMemo).
+    rank_memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.node_feature_sets = [node_features(n) for n in self.node_specs]
