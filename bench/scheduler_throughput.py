@@ -172,7 +172,7 @@ def drain(estate: Estate, now: datetime, max_cycles: int) -> tuple[list[float], 
         placed += len(result.admitted)
         progress(f"drain cycle {len(cycle_ms)}: {cycle_ms[-1]:.0f} ms, {len(result.admitted)} admitted, {out} evicted, {len(result.decisions)} decided, {result.parked} parked, {len(estate.queue)} queued")
         idle = idle + 1 if not result.admitted and not out else 0
-        # Stop once a whole rotation of the queue (cycle.heads) admitted and evicted nothing.
+        # Stop once a whole rotation of the queue (cycle_heads.heads) admitted and evicted nothing.
         if idle and (not result.carried or idle > 2 * len(estate.queue) / max(1, estate.policy.max_heads_per_cycle) + 1):
             break
         if not estate.queue:

@@ -73,7 +73,7 @@ class CycleState:
     overran: list | None = None  # running work past its own estimate, once per cycle (cycle_preempt.plan_overrun_eviction)
     running_arrays: object = None  # the running work as victim_arrays.RunningArrays, once per cycle (cycle_preempt._victims)
     preemption_deferred: int = 0  # heads that would have, past that bound
-    carried: int = 0  # heads passed over by the rotating scan (cycle.heads)
+    carried: int = 0  # heads passed over by the rotating scan (cycle_heads.heads)
     # Parking (parking.py): the heads parked as the cycle opened, this cycle's plain waits
     # that may be parked (task id → candidate, its pools, its rank), those whose preemption
     # was deferred, and the evictable running work per pool.

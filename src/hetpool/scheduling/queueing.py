@@ -193,7 +193,7 @@ class QueueOrder:
         self.lines: dict[str, dict[int, dict[str, deque]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(deque)))
         self.heaps: dict[tuple[str, int], list] = defaultdict(list)
         self.blocked: set[str] = set()
-        self.paused: set[str] = set()  # at their share of a bounded cycle's front (cycle.heads): resumed later
+        self.paused: set[str] = set()  # at their share of a bounded cycle's front (cycle_heads.heads): resumed later
         self.where: dict[str, tuple[str, int, str, _Entry]] = {}  # task id → (queue, level, tenant, entry): see take(), entry()
         # Per queue: its best head and the fair-share epoch it was found at. A pop changes
         # only the popped queue's head, and an admission (which changes shares) is rare next

@@ -164,7 +164,7 @@ class Snapshot:
     group_cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # see assign.candidate_groups
     perf_cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # see row_perf
     held_cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # see victim_arrays.held_of
-    # Where the last cycle's rotating scan of the queue stopped (cycle.heads): kept with the
+    # Where the last cycle's rotating scan of the queue stopped (cycle_heads.heads): kept with the
     # snapshot the server and the simulator keep across cycles, like the caches above.
     scan_cursor: list = field(default_factory=lambda: [0], init=False, repr=False, compare=False)
     # What the idle (and the recovered) estate gives each shape: it does not depend on what
@@ -172,7 +172,7 @@ class Snapshot:
     idle_cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     # The parked heads and what they are compared against ("state": parking.Parking).
     parking: dict = field(default_factory=dict, init=False, repr=False, compare=False)
-    # Tasks whose preemption is under way → cycles left to claim what it frees (cycle.heads).
+    # Tasks whose preemption is under way → cycles left to claim what it frees (cycle_heads.heads).
     preemptors: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     # Queued task id → its priority rank with aging and until when it holds (queueing.RankMemo).
     rank_memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)

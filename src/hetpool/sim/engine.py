@@ -197,7 +197,7 @@ class _Run:
         self.dirty = False
         # The last cycle evicted or carried tasks: the next one may follow at the same moment
         # (as the server's scheduler runs its next round at once), at most `rotation` times
-        # in a row — enough for the rotating scan to see the whole queue once (cycle.heads);
+        # in a row — enough for the rotating scan to see the whole queue once (cycle_heads.heads);
         # after that the next cycle waits for the interval like any other.
         self.again, self.same_moment = False, 0
         self.promise_due: float | None = None  # when the earliest promise to a waiting task breaks
