@@ -54,6 +54,7 @@ def _from_scratch(estate: Estate, inv, models, down: set[str]):
     fresh = build_snapshot(clusters, nodes, pools, models, allocations, unhealthy_nodes=down)
     fresh.scan_cursor[0] = estate.snapshot.scan_cursor[0]
     fresh.preemptors.update(estate.snapshot.preemptors)
+    fresh.claims.update(estate.snapshot.claims)
     park = estate.snapshot.parking.get("state")
     if park is not None:  # the parked heads (their entries copied: each cycle changes them)
         after = tuple(a.copy() for a in park.after) if park.after is not None else None

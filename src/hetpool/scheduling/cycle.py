@@ -39,6 +39,7 @@ from hetpool.core.policy import QueueSpec, SchedulingPolicySpec
 from hetpool.core.tasks import TaskSpec
 from hetpool.scheduling.assign import Assignment, assign
 from hetpool.scheduling.backfill import PreferredWait, Reservation, prefer_waiting, preferred_only, reserve
+from hetpool.scheduling.claims import Claims
 from hetpool.scheduling.cycle_heads import heads, note_preemptors
 from hetpool.scheduling.cycle_parked import candidate_pools, may_use, settle, still_parked
 from hetpool.scheduling.cycle_preempt import OVERRUN_PREFIX, fits_after_release, plan_overrun_eviction, plan_preemption
@@ -183,17 +184,28 @@ def _run_cycle(
     # Running work past its expected end is revised once, here: every phase reads the same ends.
     cx = CycleInputs(snapshot, compat_check, now, policy, models, revise_overruns(list(running), now), quota, blame)
     st = open_cycle(cx, queue, list(queues), tenant_weights or {})
-    park, st.park_counts = open_parking(snapshot, policy, cx.running, quota, st.order.entry, now)
+    claims = Claims(st.working, snapshot.claims, [t for t in snapshot.preemptors if st.order.entry(t) is not None])
+    st.claimants = claims.kept
+    # Growth is judged with the claims held: what a victim released is its preemptor's, not
+    # news for the parked heads.
+    park, st.park_counts = open_parking(st.working, policy, cx.running, quota, st.order.entry, now)
     st.parked, st.grown, st.grown_pools = park.parked, park.grown, grown_pools(snapshot, park.grown)
     st.reserves_owed = {p.queue for p in st.parked.values() if p.reserves}
     skip = (lambda q, item: still_parked(cx, st, q, item)) if st.parked else None
     for q, item in heads(st, blame, policy.max_heads_per_cycle, snapshot.scan_cursor, snapshot.preemptors, skip):
         blame.task_id = item.id
+        claims.give_back(item.id)
+        decided = len(st.decisions)
         decide(cx, st, q, item)
+        admitted = len(st.decisions) > decided and st.decisions[-1].admit
+        claims.after(item.id, admitted, st.planned.get(item.id))
         if st.parked and not st.settled:
             settle(cx, st)
     blame.task_id = None
     note_preemptors(snapshot.preemptors, st.decisions)
+    kept = claims.keep(snapshot.preemptors)
+    snapshot.claims.clear()  # in place: the server hands each cycle a copy sharing this memory
+    snapshot.claims.update(kept)
     if policy.park_waiting:
         candidates = {task_id: (cand, candidate_pools(cx, st, cand), st.order.entry(task_id)[1]) for task_id, cand in st.parkable.items()}
         close_parking(park, st.working, st.decisions, candidates, st.park_counts, st.deferred, now)
@@ -345,7 +357,10 @@ def fit(cx: CycleInputs, st: CycleState, cand: Candidate) -> Assignment | None:
     spec, working = cand.spec, st.working
     # The deadline step (deadlines.py) orders the pools that meet the task's deadline first.
     result = assign(working, spec, cx.compat_check, commit=True, **assign_kwargs(working, cand.item, cx.now, cand.target_kwargs))
-    if result.feasible and result.fallback_used and cx.policy.wait_for_preferred and spec.ordered and spec.runtime_estimate_s:
+    # A preemptor does not turn down the placement it evicted work for to wait for its
+    # preferred devices: the victims would have been evicted for nothing (claims.py).
+    waits = cx.policy.wait_for_preferred and spec.ordered and spec.runtime_estimate_s and cand.item.id not in st.claimants
+    if result.feasible and result.fallback_used and waits:
         release(working, result)
         promise = cand.item.preferred_wait
         waited = prefer_waiting(
@@ -430,6 +445,7 @@ def leave_waiting(cx: CycleInputs, st: CycleState, cand: Candidate, result: Assi
             outcome = plan_overrun_eviction(cx, st, cand)
         if outcome.victims:
             decision.victims, decision.preemption_reason = outcome.victims, outcome.reason
+            st.planned[item.id] = outcome.placement
             kind = VICTIMS_BORROWING_TEXT if outcome.reclaims else VICTIMS_LOWER_PRIORITY_TEXT
             kind = VICTIMS_OVERRUN_TEXT if outcome.reason.startswith(OVERRUN_PREFIX) else kind
             facts = {"victim_count": len(outcome.victims), "victim_kind": kind, "preempting": list(outcome.victims)}

@@ -22,10 +22,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+import numpy as np
+
 from hetpool.core.policy import SchedulingPolicySpec
 from hetpool.scheduling.assign import assign
 from hetpool.scheduling.backfill import release_all
-from hetpool.scheduling.cycle_state import Candidate, CycleInputs, CycleState, held_by
+from hetpool.scheduling.claims import claimed_placement
+from hetpool.scheduling.cycle_state import Candidate, CycleInputs, CycleState, held_by, idle_key
 from hetpool.scheduling.preempt import PreemptionPlan, find_victims
 from hetpool.scheduling.quota_view import QuotaLedger
 from hetpool.scheduling.running import BASIS_ESTIMATE, RunningTask
@@ -43,6 +46,7 @@ class PreemptionOutcome:
     victims: list[str]
     reason: str = ""  # told to the victims
     quota_block: str = ""  # why no plan may go ahead on quota grounds ("" if none)
+    placement: tuple = ()  # where the head lands once they are gone (claimed for it: claims.py)
 
     @property
     def reclaims(self) -> bool:
@@ -68,6 +72,8 @@ def plan_preemption(cx: CycleInputs, st: CycleState, cand: Candidate, fits_idle:
     reclaimable = bool(ids - st.evicting)
     if not (fits_idle and cand.rule.preemption and (reclaimable or st.preemptible_below(rank))):
         return NO_PREEMPTION
+    if not reclaimable and _hopeless(cx, st, cand):
+        return NO_PREEMPTION  # no plan could help: it costs no try (the tries go to heads that can)
     if st.preemption_tries >= cx.policy.max_preemption_tries:
         # Planning costs a placement per candidate victim: past this many heads in one
         # cycle the rest wait for the next (the heads tried first are the most deserving).
@@ -87,7 +93,7 @@ def plan_preemption(cx: CycleInputs, st: CycleState, cand: Candidate, fits_idle:
             return PreemptionOutcome([], quota_block=quota_block)
         plan = retry
     st.evict(plan.victims)
-    return PreemptionOutcome([v.id for v in plan.victims], plan.reason)
+    return PreemptionOutcome([v.id for v in plan.victims], plan.reason, placement=claimed_placement(plan.assignment.placements))
 
 
 def overrun_allowance(r: RunningTask, least_s: float) -> float:
@@ -139,7 +145,28 @@ def plan_overrun_eviction(cx: CycleInputs, st: CycleState, cand: Candidate) -> P
         return NO_PREEMPTION  # the head would not be admitted anyway, or only by taking guaranteed quota
     st.evict(plan.victims)
     reason = f"{OVERRUN_PREFIX} after starting while {item.id} waited (backfill bound): it gives way to {item.id}"
-    return PreemptionOutcome([v.id for v in plan.victims], reason)
+    return PreemptionOutcome([v.id for v in plan.victims], reason, placement=claimed_placement(plan.assignment.placements))
+
+
+def _hopeless(cx: CycleInputs, st: CycleState, cand: Candidate) -> bool:
+    """Could no plan let the head fit? Asked of an upper bound of what any plan of this
+    cycle frees: the estate as the cycle opened with every preemptible task of a lower
+    priority gone (capacity only shrinks between heads, and the work a plan may evict only
+    thins). Once per shape and rank in a cycle. Without it, on a full estate most of a
+    cycle's `max_preemption_tries` went to heads whose plan then found nothing — the same
+    heads every cycle — and the heads that could preempt waited for a try."""
+    rank = cand.spec.priority.rank
+    key = (idle_key(cand, "freeable"), rank)
+    verdict = st.hopeless.get(key)
+    if verdict is None:
+        freeable = st.freeable.get(rank)
+        if freeable is None:
+            if st.running_arrays is None:
+                st.running_arrays = RunningArrays(cx.snapshot, cx.running)  # once per cycle
+            below = st.running_arrays.candidates(np.ones(len(cx.snapshot.node_names)), rank)
+            freeable = st.freeable[rank] = st.running_arrays.releases(below.tolist()).released(cx.snapshot, len(below))
+        verdict = st.hopeless[key] = not assign(freeable, cand.spec, cx.compat_check, **cand.kwargs).feasible
+    return verdict
 
 
 def _reclaimable_ids(cx: CycleInputs, st: CycleState, spec) -> frozenset[str]:

@@ -66,12 +66,16 @@ class CycleState:
     reservations: dict[str, Reservation] = field(default_factory=dict)  # per queue: its blocked head's reservation
     reserved_masks: dict[str, np.ndarray] = field(default_factory=dict)  # per reserving task: its nodes
     evicting: set[str] = field(default_factory=set)
+    planned: dict = field(default_factory=dict)  # per head that named victims this cycle: where it lands (claims.py)
+    claimants: dict = field(default_factory=dict)  # preemptor id → the placement claimed for it (claims.Claims.kept)
     # Preemptible running work per priority rank, less what this cycle evicts (see preemptible_below).
     preemptible_ranks: dict[int, int] = field(default_factory=dict)
     reclaimable: dict = field(default_factory=dict)  # per (tenant, env, type): ids; None: the borrowers by reclaim group (cycle_preempt)
     preemption_tries: int = 0  # heads that planned a preemption this cycle (policy.max_preemption_tries)
     overran: list | None = None  # running work past its own estimate, once per cycle (cycle_preempt.plan_overrun_eviction)
     running_arrays: object = None  # the running work as victim_arrays.RunningArrays, once per cycle (cycle_preempt._victims)
+    freeable: dict = field(default_factory=dict)  # per priority rank: the opening estate less all preemptible work below it
+    hopeless: dict = field(default_factory=dict)  # per shape and rank: no plan can help (cycle_preempt._hopeless)
     preemption_deferred: int = 0  # heads that would have, past that bound
     carried: int = 0  # heads passed over by the rotating scan (cycle_heads.heads)
     # Parking (parking.py): the heads parked as the cycle opened, this cycle's plain waits

@@ -174,6 +174,8 @@ class Snapshot:
     parking: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     # Tasks whose preemption is under way → cycles left to claim what it frees (cycle_heads.heads).
     preemptors: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    # Preemptor's task id → the placement its preemption planned, held for it (claims.py).
+    claims: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     # Queued task id → its priority rank with aging and until when it holds (queueing.RankMemo).
     rank_memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -247,6 +249,7 @@ class Snapshot:
         clone = self.copy()
         clone.scan_cursor = list(self.scan_cursor)
         clone.preemptors = dict(self.preemptors)
+        clone.claims = dict(self.claims)
         clone.parking = {}
         return clone
 
