@@ -104,6 +104,29 @@ def test_quotas_hold_back_borrowers_and_the_lender_reclaims_its_quota() -> None:
     assert summarize(free_for_all)["borrowed_admissions"] == 0
 
 
+def test_a_lender_that_would_borrow_itself_does_not_reclaim() -> None:
+    """Two teams of 4 devices each on one 8-device node, both free to borrow. Team b runs 6
+    (2 borrowed from a); team a then asks for 6. Reclaiming b's task would leave a borrowing
+    2 from b — and b, a lender again, would reclaim them the next cycle, and so on. A lender
+    takes its quota back only for work within its nominal quota: a waits for b's task."""
+    limits = {"org": (8, None), "team-a": (4, None), "team-b": (4, None)}
+    tenants = {"org": "org", "team-a": "org/a", "team-b": "org/b"}
+    specs = [
+        QuotaSpec.model_validate(
+            {"name": n, "tenant": tenants[n], "limits": [{"resource": "nvidia-a100-80g", "nominal": nom, "borrowing_limit": bl}]}
+        )
+        for n, (nom, bl) in limits.items()
+    ]
+    trace = [_team_task("b-wide", "org/b", 0, 6, 10.0), _team_task("a-wide", "org/a", 60, 6, 1.0)]
+    result = Simulator(*_estate(), MODELS, CHECK, SimConfig(quotas=specs)).run(trace)
+    assert result.outcomes["b-wide"].preemptions == 0 and result.outcomes["a-wide"].preemptions == 0
+    assert result.outcomes["a-wide"].start_s == 36000
+    # Within its nominal, the same lender does reclaim (4 of its own 4).
+    trace = [_team_task("b-wide", "org/b", 0, 6, 10.0), _team_task("a-own", "org/a", 60, 4, 1.0)]
+    result = Simulator(*_estate(), MODELS, CHECK, SimConfig(quotas=specs)).run(trace)
+    assert result.outcomes["b-wide"].preemptions == 1 and result.outcomes["a-own"].start_s == 60
+
+
 def test_a_bounded_cycle_with_a_cycle_interval_goes_on_and_ends() -> None:
     """Regression: with carried tasks (a queue longer than max_heads_per_cycle) or
     evictions, the simulator asked for a cycle "now" that the cycle interval then refused,
