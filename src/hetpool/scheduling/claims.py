@@ -22,6 +22,7 @@ if it still waits, the claim is held again. The claim is kept on the snapshot
 
 Only capacity that is free in the working snapshot is ever held: a victim still running
 (being preempted) keeps its part busy, and its part is held once it has been released.
+Evictions under the backfill bound (cycle_preempt.plan_overrun_eviction) claim nothing.
 """
 
 from __future__ import annotations

@@ -445,7 +445,8 @@ def leave_waiting(cx: CycleInputs, st: CycleState, cand: Candidate, result: Assi
             outcome = plan_overrun_eviction(cx, st, cand)
         if outcome.victims:
             decision.victims, decision.preemption_reason = outcome.victims, outcome.reason
-            st.planned[item.id] = outcome.placement
+            if outcome.placement:
+                st.planned[item.id] = outcome.placement
             kind = VICTIMS_BORROWING_TEXT if outcome.reclaims else VICTIMS_LOWER_PRIORITY_TEXT
             kind = VICTIMS_OVERRUN_TEXT if outcome.reason.startswith(OVERRUN_PREFIX) else kind
             facts = {"victim_count": len(outcome.victims), "victim_kind": kind, "preempting": list(outcome.victims)}
