@@ -54,6 +54,7 @@ class PreemptionOutcome:
 
 
 NO_PREEMPTION = PreemptionOutcome([])
+LENDER_WOULD_BORROW = "it would have to borrow: a lender reclaims its quota only for work within its nominal quota"
 
 # How far past its own estimate work that got ahead of a waiting head may run before it
 # gives way (the backfill bound): at least the policy's backfill_overrun_allowance, or this
@@ -89,7 +90,9 @@ def plan_preemption(cx: CycleInputs, st: CycleState, cand: Candidate, fits_idle:
         # Try again without other tenants' guaranteed work (e.g. evict this tenant's own
         # lower-priority task instead), then, for a lender that would borrow itself, with
         # lower-priority work only.
-        retries = [(reclaim, True)] + ([(frozenset(), False), (frozenset(), True)] if reclaim and st.preemptible_below(rank) else [])
+        retries = [(reclaim, True)]
+        if quota_block == LENDER_WOULD_BORROW:  # its reclaims cannot go ahead: lower-priority work only
+            retries = [(frozenset(), False), (frozenset(), True)] if st.preemptible_below(rank) else []
         for reclaim_ids, own in retries:
             retry = _victims(cx, st, cand, reclaim_ids, only_own_or_borrowing=own)
             if retry is not None and retry.victims and not quota_blocks_plan(quota, spec, retry, rank):
@@ -235,7 +238,7 @@ def quota_blocks_plan(quota: QuotaLedger, spec, plan: PreemptionPlan, rank: int 
         # A count, not the ids: they are other tenants' tasks, and this reason is shown to the waiting task's readers.
         return f"it would have to borrow, and {len(guaranteed)} task(s) of other tenants run within their own quota"
     if verdict.borrowing and rank is not None and any(v.priority_rank >= rank for v in plan.victims):
-        return "it would have to borrow: a lender reclaims its quota only for work within its nominal quota"
+        return LENDER_WOULD_BORROW
     return ""
 
 
