@@ -128,33 +128,3 @@ def test_a_head_no_plan_can_help_spends_no_preemption_try() -> None:
     decisions = _by_id(run_cycle(snap, queue, CHECK, T0, running=[same_rank, low], policy=policy))
     assert decisions["whole-node"].victims == [] and not decisions["whole-node"].admit
     assert decisions["half-node"].victims == ["low"]
-
-
-def test_a_head_waiting_for_a_try_keeps_lower_priority_work_off_its_pools() -> None:
-    """One try a cycle: the first high head plans, the second is deferred. A normal task
-    that fits the free devices beside them would be the first its plan evicts next cycle:
-    it is held back, naming the head. Work it could not evict — of its own priority, or not
-    preemptible — is not."""
-    from hetpool.core.policy import SchedulingPolicySpec
-    from hetpool.scheduling.explain import Reason
-
-    h100 = [node(f"g{i}", "nvidia-h100", 8, stack=CUDA_STACK) for i in range(3)]
-    low0 = running_task("low0", [alloc("g0", "h100", range(8))], priority="low")
-    low1 = running_task("low1", [alloc("g1", "h100", range(8))], priority="low")
-    same = running_task("same", [alloc("g2", "h100", range(6))], priority="high")
-    running = [low0, low1, same]
-    queue = [
-        _q("first", 0, "high", 8),
-        _q("second", 1, "high", 8),
-        _q("small-normal", 2, "normal", 1),
-        _q("small-pinned", 3, "normal", 1, preemptible=False),
-        _q("small-high", 4, "high", 1),
-    ]
-    policy = SchedulingPolicySpec(max_preemption_tries=1)
-    snap = snapshot_with_running(h100, [pool("h100", "nvidia-h100", ["g0", "g1", "g2"])], running)
-    decisions = _by_id(run_cycle(snap, queue, CHECK, T0, running=running, policy=policy))
-    assert len(decisions["first"].victims) == 1 and not decisions["second"].victims
-    held = decisions["small-normal"]
-    assert not held.admit and held.explanation.reason is Reason.HELD_FOR_PREEMPTOR
-    assert held.explanation.facts["blocking_task"] == "second" and "second" in held.explanation.summary
-    assert decisions["small-pinned"].admit and decisions["small-high"].admit

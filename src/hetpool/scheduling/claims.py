@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from hetpool.scheduling.snapshot import Allocation, Snapshot
 
-__all__ = ["Claims", "bar", "barred_by", "claimed_placement"]
+__all__ = ["Claims", "claimed_placement"]
 
 _EPS = 1e-9
 
@@ -97,33 +97,3 @@ class Claims:
     def keep(self, preemptors: dict) -> dict[str, tuple[Allocation, ...]]:
         """The claims to keep on the snapshot: those of the tasks still preemptors."""
         return {task_id: allocations for task_id, allocations in self.kept.items() if task_id in preemptors}
-
-
-# ------------------------------------------------------------------ heads waiting for a try
-#
-# A head whose preemption was deferred (the cycle's `max_preemption_tries` were spent
-# before its turn) plans in a later cycle, evicting the lowest-priority, most recently
-# started work it can use — first of all what lower-priority heads started meanwhile. So
-# while it waits for a try (from its deferral on, and from the start of every cycle it is
-# parked as deferred), its pools are *barred* to preemptible work of a lower priority, as
-# Kueue keeps a cohort's capacity for a workload that must preempt: on the flat benchmark
-# mix 41 % of all admissions were evicted again, and at 1,000 nodes more than half of the
-# re-evictions were of work started while its preemptor waited for a try.
-
-
-def bar(barriers: dict, pools, rank: int, task_id: str) -> None:
-    """Keep `pools` from preemptible work below `rank` for the rest of the cycle."""
-    for pool in pools:
-        held = barriers.get(pool)
-        if held is None or held[0] < rank:
-            barriers[pool] = (rank, task_id)
-
-
-def barred_by(snapshot: Snapshot, barriers: dict, placements, rank: int) -> str | None:
-    """The waiting head that a placement of preemptible work of priority `rank` would be
-    taken from (None: none)."""
-    for p in placements:
-        held = barriers.get(snapshot.pool_by_name.get(p.pool))
-        if held is not None and held[0] > rank:
-            return held[1]
-    return None

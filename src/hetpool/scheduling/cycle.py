@@ -39,9 +39,9 @@ from hetpool.core.policy import QueueSpec, SchedulingPolicySpec
 from hetpool.core.tasks import TaskSpec
 from hetpool.scheduling.assign import Assignment, assign
 from hetpool.scheduling.backfill import PreferredWait, Reservation, prefer_waiting, preferred_only, reserve
-from hetpool.scheduling.claims import Claims, bar, barred_by
+from hetpool.scheduling.claims import Claims
 from hetpool.scheduling.cycle_heads import heads, note_preemptors
-from hetpool.scheduling.cycle_parked import bar_deferred_parked, candidate_pools, may_use, settle, still_parked
+from hetpool.scheduling.cycle_parked import candidate_pools, may_use, settle, still_parked
 from hetpool.scheduling.cycle_preempt import OVERRUN_PREFIX, fits_after_release, plan_overrun_eviction, plan_preemption
 from hetpool.scheduling.cycle_state import (
     Blame,
@@ -192,7 +192,6 @@ def _run_cycle(
     st.parked, st.grown, st.grown_pools = park.parked, park.grown, grown_pools(snapshot, park.grown)
     st.reserves_owed = {p.queue for p in st.parked.values() if p.reserves}
     skip = (lambda q, item: still_parked(cx, st, q, item)) if st.parked else None
-    bar_deferred_parked(st)
     for q, item in heads(st, blame, policy.max_heads_per_cycle, snapshot.scan_cursor, snapshot.preemptors, skip):
         blame.task_id = item.id
         claims.give_back(item.id)
@@ -394,13 +393,6 @@ def fit(cx: CycleInputs, st: CycleState, cand: Candidate) -> Assignment | None:
 def admit_within_quota(cx: CycleInputs, st: CycleState, cand: Candidate, result: Assignment) -> None:
     """Admit a placed task its quota allows now; defer a borrower; else it waits over quota."""
     item, spec, quota = cand.item, cand.spec, cx.quota
-    if st.barriers and spec.preemptible and item.id not in st.claimants:
-        blocker = barred_by(st.working, st.barriers, result.placements, spec.priority.rank)
-        if blocker is not None:  # it would be the first evicted by a head waiting for a try (claims.bar)
-            release(st.working, result)
-            info = Explanation(Reason.HELD_FOR_PREEMPTOR, True, {}, facts={"blocking_task": blocker})
-            st.wait(item, Decision(item.id, False, result, info, cand.queue.name))
-            return
     verdict = quota.check(spec, held_by(result)) if quota and not item.quota_exempt else None
     if verdict is not None and not verdict.ok:
         release(st.working, result)
@@ -449,7 +441,6 @@ def leave_waiting(cx: CycleInputs, st: CycleState, cand: Candidate, result: Assi
         outcome = plan_preemption(cx, st, cand, fits_idle)
         if st.preemption_deferred > deferred:
             st.deferred.add(item.id)  # not planned: parked until a cycle has a try left at its turn
-            bar(st.barriers, candidate_pools(cx, st, cand), spec.priority.rank, item.id)
         if not outcome.victims and not outcome.quota_block:
             outcome = plan_overrun_eviction(cx, st, cand)
         if outcome.victims:

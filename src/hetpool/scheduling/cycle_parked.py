@@ -11,7 +11,6 @@ import numpy as np
 from hetpool.core.policy import QueueSpec
 from hetpool.core.tasks import TaskSpec
 from hetpool.scheduling.backfill import Reservation, ends_before, slowest_runtime_s
-from hetpool.scheduling.claims import bar
 from hetpool.scheduling.cycle_state import Candidate, CycleInputs, CycleState, idle_key, shape_key
 from hetpool.scheduling.parking import fits_on_rows, rows_of_pools, usable_pools, worker_slots
 
@@ -236,12 +235,3 @@ def may_use(cx: CycleInputs, st: CycleState, spec: TaskSpec, reservation: Reserv
             st.slowest_runtime[key] = slowest_runtime_s(spec, cx.models)
         answer = st.may_use[(key, reservation.task_id)] = ends_before(st.slowest_runtime[key], reservation, cx.now)
     return answer
-
-
-def bar_deferred_parked(st: CycleState) -> None:
-    """As the cycle opens, every parked head whose preemption was deferred bars the pools it
-    could use to lower-priority preemptible work (claims.bar): it plans at its turn in a
-    cycle with a try left, and would evict first what such work started meanwhile."""
-    for task_id, parked in st.parked.items():
-        if parked.deferred:
-            bar(st.barriers, parked.pools, parked.spec.priority.rank, task_id)

@@ -68,7 +68,6 @@ class CycleState:
     evicting: set[str] = field(default_factory=set)
     planned: dict = field(default_factory=dict)  # per head that named victims this cycle: where it lands (claims.py)
     claimants: dict = field(default_factory=dict)  # preemptor id → the placement claimed for it (claims.Claims.kept)
-    barriers: dict = field(default_factory=dict)  # pool index → (rank, task id) of a head waiting for a try (claims.bar)
     # Preemptible running work per priority rank, less what this cycle evicts (see preemptible_below).
     preemptible_ranks: dict[int, int] = field(default_factory=dict)
     reclaimable: dict = field(default_factory=dict)  # per (tenant, env, type): ids; None: the borrowers by reclaim group (cycle_preempt)

@@ -42,7 +42,6 @@ class Reason(StrEnum):
     BACKFILL_OFF = "backfill_off"  # backfill is off for its device class and a head of that class waits
     PREEMPTING = "preempting"  # lower-priority (or borrowing) work is being evicted for it
     WAITING_FOR_RELEASE = "waiting_for_release"  # devices already being freed by earlier preemptions
-    HELD_FOR_PREEMPTOR = "held_for_preemptor"  # fits, but a higher-priority head waiting to preempt there would evict it
     WAITING_FOR_PREFERRED = "waiting_for_preferred"  # a substitute fits now, the preferred model finishes earlier
     OVER_QUOTA = "over_quota"  # fits, but its quota (with borrowing) has no room now
     EXCEEDS_QUOTA = "exceeds_quota"  # asks for more than its quota's nominal + borrowing limit: never admitted as is
@@ -62,7 +61,6 @@ SUMMARY_TEMPLATES: dict[Reason, str] = {
     Reason.BACKFILL_OFF: "waiting behind {blocking_task}: backfill is off for {device_class} pools",
     Reason.PREEMPTING: "preempting {victim_count} {victim_kind}; starts when they have released their devices",
     Reason.WAITING_FOR_RELEASE: "waiting for {releasing} preempted task(s) to release their devices",
-    Reason.HELD_FOR_PREEMPTOR: "held back: {blocking_task}, of a higher priority, waits to preempt in the same pools and would evict it",
     Reason.WAITING_FOR_PREFERRED: (
         "waiting for preferred {preferred_model} (free at {free_at}): finishes earlier than starting now on {substitute_model}"
     ),

@@ -88,7 +88,6 @@ SUMMARY_TEXTS = (
     N_("waiting behind {blocking_task}: backfill is off for {device_class} pools"),
     N_("preempting {victim_count} {victim_kind}; starts when they have released their devices"),
     N_("waiting for {releasing} preempted task(s) to release their devices"),
-    N_("held back: {blocking_task}, of a higher priority, waits to preempt in the same pools and would evict it"),
     N_("waiting for preferred {preferred_model} (free at {free_at}): finishes earlier than starting now on {substitute_model}"),
     N_("over quota: {quota_reason}"),
     N_("exceeds quota {quota} even with borrowing: {resource} {requested:g} > {nominal:g} nominal + {borrowable:g} borrowable"),
