@@ -29,13 +29,18 @@ from hetpool.core.policy import SchedulingPolicySpec  # noqa: E402
 from hetpool.scheduling.snapshot import build_snapshot  # noqa: E402
 
 
-def test_preemption_on_a_full_estate_settles_and_no_preemptor_evicts_twice() -> None:
+def _estate(policy: SchedulingPolicySpec) -> Estate:
     catalog, kb = DeviceCatalog.builtin(), CompatibilityKB.builtin()
     models = {m.name: m for m in catalog.all()}
     clusters, nodes, pools = inventory(30, 0.1)
-    estate = Estate(build_snapshot(clusters, nodes, pools, models), models, kb, policy=SchedulingPolicySpec())
+    estate = Estate(build_snapshot(clusters, nodes, pools, models), models, kb, policy=policy)
     for item in flat_workload(300, random.Random(0), 0):
         estate.queue[item.id] = item
+    return estate
+
+
+def test_preemption_on_a_full_estate_settles_and_no_preemptor_evicts_twice() -> None:
+    estate = _estate(SchedulingPolicySpec())
     now = datetime(2026, 1, 2, tzinfo=UTC)
     evictions_by: Counter = Counter()
     evicted = 0
@@ -54,3 +59,18 @@ def test_preemption_on_a_full_estate_settles_and_no_preemptor_evicts_twice() -> 
         raise AssertionError(f"still admitting or evicting after 30 cycles ({evicted} evictions)")
     assert evicted > 0  # preemption was exercised
     assert max(evictions_by.values()) == 1, [t for t, n in evictions_by.items() if n > 1]
+
+
+def test_with_an_exempt_time_work_just_started_is_never_evicted() -> None:
+    """policy.preempt_exempt_time: every cycle here is at the instant the work started, so
+    nothing may be evicted, and the same drain settles without an eviction."""
+    estate = _estate(SchedulingPolicySpec(preempt_exempt_time="10m"))
+    now = datetime(2026, 1, 2, tzinfo=UTC)
+    for _ in range(30):
+        result, out = estate.cycle(now)
+        assert out == 0 and not any(d.victims for d in result.decisions)
+        if not result.admitted and not result.carried:
+            break
+    else:
+        raise AssertionError("still admitting after 30 cycles")
+    assert estate.running

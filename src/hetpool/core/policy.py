@@ -101,10 +101,18 @@ class SchedulingPolicySpec(ObjectSpec):
     max_preemptions: int = Field(
         default=3, ge=0, le=1000, description="a task preempted this often is not evicted again (no starvation by preemption)"
     )
+    preempt_exempt_time: Duration = Field(
+        default="0s",
+        description="work that has run less than this is not evicted by priority, reclaim or the backfill bound (Slurm's PreemptExemptTime)",
+    )
 
     @cached_property
     def backfill_overrun_allowance_s(self) -> float:
         return parse_duration(self.backfill_overrun_allowance)
+
+    @cached_property
+    def preempt_exempt_time_s(self) -> float:
+        return parse_duration(self.preempt_exempt_time)
 
     def rule(self, device_class: DeviceClass | None) -> ClassRule:
         # The shared default, not a new model per call: asked once per task per cycle.

@@ -74,7 +74,7 @@ from hetpool.scheduling.parking import close_parking, grown_pools, open_parking
 from hetpool.scheduling.queueing import MAX_RANK, QueueOrder, RankMemo, route
 from hetpool.scheduling.quota_fit import never_within_quota
 from hetpool.scheduling.quota_view import QuotaCeiling, QuotaLedger
-from hetpool.scheduling.running import RunningTask, revise_overruns
+from hetpool.scheduling.running import RunningTask, exempt_recent, revise_overruns
 from hetpool.scheduling.snapshot import Snapshot
 
 __all__ = ["CycleResult", "Decision", "QueuedTask", "held_by", "run_cycle", "shape_key"]
@@ -182,7 +182,9 @@ def _run_cycle(
     compat_check = memoized(compat_check, snapshot.compat_cache)
     models = models or {p.model.name: p.model for p in snapshot.pools}
     # Running work past its expected end is revised once, here: every phase reads the same ends.
-    cx = CycleInputs(snapshot, compat_check, now, policy, models, revise_overruns(list(running), now), quota, blame)
+    # ... and work within its preempt_exempt_time is not preemptible in any phase of this cycle.
+    running = exempt_recent(revise_overruns(list(running), now), now, policy.preempt_exempt_time_s)
+    cx = CycleInputs(snapshot, compat_check, now, policy, models, running, quota, blame)
     st = open_cycle(cx, queue, list(queues), tenant_weights or {})
     claims = Claims(st.working, snapshot.claims, [t for t in snapshot.preemptors if st.order.entry(t) is not None])
     st.claimants = claims.kept

@@ -70,3 +70,14 @@ def revise_overruns(running: list[RunningTask], now: datetime) -> list[RunningTa
             )
         out.append(task)
     return out
+
+
+def exempt_recent(running: list[RunningTask], now: datetime, exempt_s: float) -> list[RunningTask]:
+    """`running` with the work that started less than `exempt_s` ago made non-preemptible
+    for this cycle (policy.preempt_exempt_time, Slurm's PreemptExemptTime): on an estate
+    where many higher-priority heads wait, work started a cycle ago is the first victim of
+    the next plan (most recently started goes first), and without a minimum run time it can
+    be started and evicted again every few cycles."""
+    if exempt_s <= 0:
+        return running
+    return [replace(r, preemptible=False) if r.preemptible and (now - r.started_at).total_seconds() < exempt_s else r for r in running]
