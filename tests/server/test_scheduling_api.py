@@ -56,6 +56,24 @@ def test_policy_object_can_switch_preemption_off_for_gpus(ctx: ServiceContext, d
     drive_until(ctx, lambda: task_state(demo, low) == "cancelled")
 
 
+def test_a_minimum_run_time_keeps_young_work_from_being_preempted(ctx: ServiceContext, demo: TestClient) -> None:
+    """SchedulingPolicy.preempt_exempt_time (Slurm's PreemptExemptTime): the high task waits
+    until the low one has run an hour, then preempts it."""
+    policy = {"kind": "SchedulingPolicy", "name": "default", "preempt_exempt_time": "1h"}
+    assert demo.post("/api/v1/apply", json={"documents": [policy]}).status_code == 200
+    low = submit(demo, **A100_TASK, name="low-sweep", workers=2, priority="low", command="sleep 120")
+    drive_until(ctx, lambda: task_state(demo, low) == "running")
+    high = submit(demo, **A100_TASK, name="urgent", priority="high", command="true", fallback=[])
+    drive_until(ctx, lambda: (demo.get(f"/api/v1/tasks/{high}").json().get("pending") or {}).get("summary") is not None)
+    pending = demo.get(f"/api/v1/tasks/{high}").json()["pending"]
+    assert "preempting" not in pending and task_state(demo, low) == "running"
+    ctx.clock.advance(3601)
+    drive_until(ctx, lambda: "task.preempted" in events(demo, low), timeout_s=30)
+    drive_until(ctx, lambda: task_state(demo, high) == "succeeded", timeout_s=30)
+    demo.post(f"/api/v1/tasks/{low}/cancel")
+    drive_until(ctx, lambda: task_state(demo, low) == "cancelled")
+
+
 def test_queue_object_restricts_pools_and_is_shown_in_the_explanation(ctx: ServiceContext, demo: TestClient) -> None:
     queue = {"kind": "Queue", "name": "serving", "task_types": ["inference"], "pools": ["bj-h800"]}
     assert demo.post("/api/v1/apply", json={"documents": [queue]}).status_code == 200
