@@ -41,8 +41,11 @@ def test_the_free_part_of_a_planned_placement_is_not_taken_by_a_later_head_of_th
     queue = [_q("whole-node", 0, "high", 8), _q("half-node", 1, "normal", 4)]
     decisions = _by_id(run_cycle(snap, queue, CHECK, T0, running=[victim]))
     assert decisions["whole-node"].victims == ["victim"]
-    # Devices 4-7 are free, but they are half of the node the preemptor will start on.
-    assert not decisions["half-node"].admit
+    # Devices 4-7 are free, but they are half of the node the preemptor will start on; its
+    # explanation says so (the devices look free).
+    waiting = decisions["half-node"]
+    assert not waiting.admit and waiting.explanation.facts["held_for_preemptors"] == 1
+    assert "held for 1 preempting task(s)" in waiting.explanation.summary
     assert snap.claims["whole-node"][0].device_indices == tuple(range(8))
 
 

@@ -94,6 +94,14 @@ class Claims:
         if not admitted and task_id in self.kept:
             self.held[task_id] = _hold(self.working, self.kept[task_id])
 
+    def without_held(self) -> Snapshot:
+        """A copy of the working snapshot with every claim held now given back."""
+        free = self.working.copy()
+        for pieces in self.held.values():
+            for h in pieces:
+                free.release(h.row, h.device_indices, h.fraction, h.cpu, h.memory_gb)
+        return free
+
     def keep(self, preemptors: dict) -> dict[str, tuple[Allocation, ...]]:
         """The claims to keep on the snapshot: those of the tasks still preemptors."""
         return {task_id: allocations for task_id, allocations in self.kept.items() if task_id in preemptors}

@@ -187,7 +187,7 @@ def _run_cycle(
     cx = CycleInputs(snapshot, compat_check, now, policy, models, running, quota, blame)
     st = open_cycle(cx, queue, list(queues), tenant_weights or {})
     claims = Claims(st.working, snapshot.claims, [t for t in snapshot.preemptors if st.order.entry(t) is not None])
-    st.claimants = claims.kept
+    st.claimants, st.claims = claims.kept, claims
     # Growth is judged with the claims held: what a victim released is its preemptor's, not
     # news for the parked heads.
     park, st.park_counts = open_parking(st.working, policy, cx.running, quota, st.order.entry, now)
@@ -461,6 +461,30 @@ def leave_waiting(cx: CycleInputs, st: CycleState, cand: Candidate, result: Assi
         # Only capacity that is unhealthy now could run it: it waits for that, not forever.
         decision.explanation = _retold(decision.explanation, Reason.WAITING_FOR_RECOVERY)
     reserve_or_block(cx, st, cand, decision, fits_idle)
+    if decision.explanation.reason in (Reason.WAITING_FOR_CAPACITY, Reason.HOLDS_RESERVATION) and (held := _held_for_preemptors(cx, st, cand)):
+        decision.explanation.facts["held_for_preemptors"] = held
+
+
+# Waits per cycle asked whether only the preemptors' claims keep them out: each costs a
+# snapshot copy and a placement, and claims are held for a cycle or two after a preemption.
+MAX_CLAIM_CHECKS = 32
+
+
+def _held_for_preemptors(cx: CycleInputs, st: CycleState, cand: Candidate) -> int:
+    """How many preemptors hold capacity that alone keeps this head out now (0: none, or
+    not asked: past MAX_CLAIM_CHECKS this cycle). A "no" is kept per shape for the cycle:
+    capacity only shrinks between heads."""
+    claims = st.claims
+    if claims is None or not any(claims.held.values()) or st.claim_checks >= MAX_CLAIM_CHECKS:
+        return 0
+    key = idle_key(cand, "unclaimed")
+    if key in st.no_fit_unclaimed:
+        return 0
+    st.claim_checks += 1
+    if assign(claims.without_held(), cand.spec, cx.compat_check, **cand.kwargs).feasible:
+        return sum(1 for pieces in claims.held.values() if pieces)
+    st.no_fit_unclaimed.add(key)
+    return 0
 
 
 def _recovered_result(cx: CycleInputs, st: CycleState, cand: Candidate) -> Assignment:

@@ -68,6 +68,9 @@ class CycleState:
     evicting: set[str] = field(default_factory=set)
     planned: dict = field(default_factory=dict)  # per head that named victims this cycle: where it lands (claims.py)
     claimants: dict = field(default_factory=dict)  # preemptor id → the placement claimed for it (claims.Claims.kept)
+    claims: object = None  # the cycle's claims.Claims
+    claim_checks: int = 0  # waits asked whether the claims alone keep them out (cycle._held_for_preemptors)
+    no_fit_unclaimed: set = field(default_factory=set)  # shapes that fit nowhere even with the claims given back
     # Preemptible running work per priority rank, less what this cycle evicts (see preemptible_below).
     preemptible_ranks: dict[int, int] = field(default_factory=dict)
     reclaimable: dict = field(default_factory=dict)  # per (tenant, env, type): ids; None: the borrowers by reclaim group (cycle_preempt)

@@ -97,6 +97,10 @@ ETA_NONE = "none"  # no estimate applies (never fits, exceeds its quota, no runt
 # beyond_horizon), so that "no estimate" is said rather than shown as a bare null.
 BEYOND_HORIZON_TEMPLATE = "; no start within the forecast horizon ({horizon} queued tasks, running work with a known end)"
 
+# Appended to a wait when capacity it could use now is held for preempting tasks (the fact
+# `held_for_preemptors`, see claims.py): the devices look free, and this says why it waits.
+HELD_FOR_PREEMPTORS_TEMPLATE = "; capacity it could use is held for {count} preempting task(s) until they start"
+
 # Appended when a waiting task is expected to finish after its deadline (the facts
 # `deadline_at_risk`, `deadline` and `deadline_late_s`, see deadlines.mark_at_risk), and to
 # a placement the deadline step chose over the usual order (`chosen_for_deadline`).
@@ -197,6 +201,8 @@ def render(expl: Explanation, gettext: Callable[[str], str] = _identity) -> str:
         text += gettext(BEYOND_HORIZON_TEMPLATE).format(horizon=facts.get("horizon", "?"))
     if facts.get("estimate_basis") in REVISED_TEMPLATES and facts.get("revised_from"):
         text += gettext(REVISED_TEMPLATES[facts["estimate_basis"]]).format(revised_from=facts["revised_from"])
+    if facts.get("held_for_preemptors"):
+        text += gettext(HELD_FOR_PREEMPTORS_TEMPLATE).format(count=facts["held_for_preemptors"])
     if facts.get("chosen_for_deadline"):
         text += gettext(CHOSEN_FOR_DEADLINE_TEXT)
     if facts.get("deadline_at_risk") and facts.get("deadline"):

@@ -97,6 +97,7 @@ SUMMARY_TEXTS = (
     N_("; no start within the forecast horizon ({horizon} queued tasks, running work with a known end)"),
     N_("; the work holding it has overrun its estimate (it was due at {revised_from}), so its end was revised"),
     N_("; the work holding it has overrun its estimate (it was due at {revised_from}): its template's past runs say it ends later"),
+    N_("; capacity it could use is held for {count} preempting task(s) until they start"),
     N_("; chosen because it meets the task's deadline"),
     N_("; it cannot meet its deadline {deadline}: expected to finish {late} late"),
 )
