@@ -79,10 +79,12 @@ class Claims:
         self.kept = {task_id: kept[task_id] for task_id in claimants if task_id in kept}
         self.held = {task_id: _hold(working, allocations) for task_id, allocations in self.kept.items()}
 
-    def give_back(self, task_id: str) -> None:
-        """Free the claimant's own claim for its own evaluation."""
-        for h in self.held.pop(task_id, ()):
+    def give_back(self, task_id: str) -> bool:
+        """Free the claimant's own claim for its own evaluation; True when it held any."""
+        held = self.held.pop(task_id, ())
+        for h in held:
             self.working.release(h.row, h.device_indices, h.fraction, h.cpu, h.memory_gb)
+        return bool(held)
 
     def after(self, task_id: str, admitted: bool, planned: tuple[Allocation, ...] | None) -> None:
         """After the task was decided: a new plan replaces its claim; admitted, it has none;

@@ -196,7 +196,8 @@ def _run_cycle(
     skip = (lambda q, item: still_parked(cx, st, q, item)) if st.parked else None
     for q, item in heads(st, blame, policy.max_heads_per_cycle, snapshot.scan_cursor, snapshot.preemptors, skip):
         blame.task_id = item.id
-        claims.give_back(item.id)
+        if claims.give_back(item.id):
+            st.staying_groups.clear()  # capacity came back: what stayed parked may not now
         decided = len(st.decisions)
         decide(cx, st, q, item)
         admitted = len(st.decisions) > decided and st.decisions[-1].admit

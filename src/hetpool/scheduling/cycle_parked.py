@@ -32,10 +32,28 @@ def still_parked(cx: CycleInputs, st: CycleState, q: QueueSpec, item: QueuedTask
     """Does a parked head stay passed over when its turn comes? See `_stays_parked`; and a
     head that would be let go still stays when its shape, under the same reservations,
     already failed this cycle: its decision would be a copy of that no-fit (cycle.gate), made
-    against more capacity than is left — no placement, no plan, no reservation."""
-    if _stays_parked(cx, st, q, item):
+    against more capacity than is left — no placement, no plan, no reservation.
+
+    Both answers are kept per group of heads that read the same (`Parked.key`): once a
+    group stays it stays for the rest of the cycle, since everything `_stays_parked` reads
+    moves one way only, towards staying (the working estate only loses capacity — what
+    `settle` and `_fits` rest on —, reservations are only added and keep heads off more
+    nodes, preemption tries are only spent); a shape that failed stays failed while the
+    cycle's reservations are the same (they are only added: their number names them). On
+    a busy estate hundreds of parked heads of a few groups come up every cycle."""
+    parked = st.parked.get(item.id)
+    if parked is None:
+        return False
+    group = parked.group or parked.key()
+    if group in st.staying_groups or (group, len(st.reservations)) in st.failed_groups:
         return True
-    return item.id in st.parked and _shape_failed(cx, st, q, item.spec)
+    if _stays_parked(cx, st, q, item):
+        st.staying_groups.add(group)
+        return True
+    if _shape_failed(cx, st, q, item.spec):
+        st.failed_groups.add((group, len(st.reservations)))
+        return True
+    return False
 
 
 def _shape_failed(cx: CycleInputs, st: CycleState, q: QueueSpec, spec: TaskSpec) -> bool:

@@ -103,6 +103,22 @@ class Parked:
     # work, which only a plan would use.
     deferred: bool = False
     cycles: int = 0
+    group: tuple | None = field(default=None, compare=False, repr=False)  # see `key`
+
+    def key(self) -> tuple:
+        """Everything of this parked head that whether it stays parked reads
+        (cycle_parked.still_parked): its parking (pools, demand, rank, evictable work, the
+        nodes it was kept off, ...), its queue, and of its spec the shape and tenant
+        (cycle_state.shape_key), the estimate (which reservations it may not delay) and the
+        gang's width. Heads with equal keys get the same answer at the same point of a
+        cycle. Built once: neither the head nor its spec changes while it is parked."""
+        if self.group is None:
+            spec = self.spec
+            devices = spec.per_worker.devices
+            mixes = devices is not None and devices.mix_models
+            parking = (self.never, self.deferred, self.pools, self.demand, self.rank, self.evictable, self.reserves, self.excluded)
+            self.group = (self.queue, *parking, spec.tenant, spec.placement_shape, spec.runtime_estimate, spec.workers, mixes)
+        return self.group
 
 
 @dataclass
