@@ -461,3 +461,18 @@ def test_node_stack_wins_over_pool_default_800_node_accepted() -> None:
     snap = make_snapshot([node("n0", "ascend-910b1", stack=cann_stack("8.0.0"))], [pool("npu", "ascend-910b1", ["n0"], stack=cann_stack("8.0.RC1"))])
     spec = task(devices={"class": "npu"}, framework={"name": "pytorch", "version": "2.4"}, image="torch:2.4")
     assert assign(snap, spec, CHECK).feasible
+
+
+def test_without_explain_a_placement_is_the_same_and_a_no_fit_skips_the_per_row_reasons() -> None:
+    """Callers that only ask whether or where a task fits (preemption search, backfill
+    start times, the forecast) pass explain=False: the answer is the same, only the costly
+    per-row account of why it failed is left out."""
+    snap = make_snapshot([node("g0", "nvidia-h100", 8, stack=CUDA_STACK), node("g1", "nvidia-h100", 8, stack=CUDA_STACK)], [pool("h100", "nvidia-h100", ["g0", "g1"])])
+    fits = task(devices={"class": "gpu", "count": 8})
+    explained, bare = assign(snap, fits, CHECK), assign(snap, fits, CHECK, explain=False)
+    assert bare.feasible and [(p.node, p.device_indices) for p in bare.placements] == [(p.node, p.device_indices) for p in explained.placements]
+    too_wide = task(devices={"class": "gpu", "count": 8}, workers=3)
+    explained, bare = assign(snap, too_wide, CHECK), assign(snap, too_wide, CHECK, explain=False)
+    assert not explained.feasible and not bare.feasible
+    assert explained.reasons and "2 of 3 workers fit now" in explained.attempts[0].details
+    assert not bare.reasons and bare.attempts[0].workers_fit == 2 and bare.attempts[0].outcome == "no-fit"

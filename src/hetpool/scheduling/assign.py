@@ -481,6 +481,7 @@ def assign(
     reserved_nodes: np.ndarray | None = None,
     commit: bool = False,
     deadline_pools: frozenset[int] | None = None,
+    explain: bool = True,
 ) -> Assignment:
     """Try each candidate group in order on `snap`; the first that fits wins.
 
@@ -490,7 +491,9 @@ def assign(
     boolean mask over nodes) keeps the task off nodes held for a blocked queue head.
     With `commit`, a successful placement stays taken on `snap` (the cycle's working
     snapshot), saving the caller from taking it again. `deadline_pools`: the pools that
-    meet the task's deadline, tried first (`deadline_first`).
+    meet the task's deadline, tried first (`deadline_first`). Without `explain`, a no-fit
+    carries its attempts but not why each failed (per-row reasons cost more than the
+    placement itself; callers that only ask whether, or where, a task fits skip them).
     """
     demand = task.per_worker.devices
     spread = spreads(task, placement)
@@ -528,8 +531,9 @@ def assign(
             if placements is not None:
                 attempt.outcome = "fit"
                 return Assignment(True, placements, group.rank > 0, attempts, chosen=group.label, for_deadline=group.for_deadline)
-        _explain_no_fit(snap, task, row_arr, fractions, same, attempt)
-    if one_model_gang(task):
+        if explain:
+            _explain_no_fit(snap, task, row_arr, fractions, same, attempt)
+    if explain and one_model_gang(task):
         _note_fit_across_models(task, groups, attempts)
     return Assignment(feasible=False, placements=[], fallback_used=False, attempts=attempts)
 

@@ -96,7 +96,7 @@ def earliest_fit(
     while True:
         base = scratch.copy()
         advance(k)
-        result = assign(scratch, task, compat_check, **assign_kwargs)
+        result = assign(scratch, task, compat_check, explain=False, **assign_kwargs)
         if result.feasible:
             break
         if k == len(ending):
@@ -109,7 +109,7 @@ def earliest_fit(
         mid = (lo + hi) // 2
         probe = base.copy()
         release_all(probe, ending[low:mid])
-        trial = assign(probe, task, compat_check, **assign_kwargs)
+        trial = assign(probe, task, compat_check, explain=False, **assign_kwargs)
         if trial.feasible:
             best, best_result, hi = mid, trial, mid - 1
         else:
@@ -129,7 +129,7 @@ def reserve(
 ) -> Reservation | None:
     start, result = earliest_fit(snap, task, running, compat_check, now, **assign_kwargs)
     if result is None:
-        result = assign(idle, task, compat_check, **assign_kwargs)
+        result = assign(idle, task, compat_check, explain=False, **assign_kwargs)
         if not result.feasible:
             return None
     demand = task.per_worker.devices

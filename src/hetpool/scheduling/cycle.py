@@ -482,7 +482,7 @@ def _held_for_preemptors(cx: CycleInputs, st: CycleState, cand: Candidate) -> in
     if key in st.no_fit_unclaimed:
         return 0
     st.claim_checks += 1
-    if assign(claims.without_held(), cand.spec, cx.compat_check, **cand.kwargs).feasible:
+    if assign(claims.without_held(), cand.spec, cx.compat_check, explain=False, **cand.kwargs).feasible:
         return sum(1 for pieces in claims.held.values() if pieces)
     st.no_fit_unclaimed.add(key)
     return 0
@@ -505,7 +505,7 @@ def _blocking_reservation(cx: CycleInputs, st: CycleState, cand: Candidate) -> R
     """The reservation that alone keeps the task from starting now (None: not one)."""
     if not cand.blocking or cand.base_shape in st.no_fit_unreserved:
         return None
-    free = assign(st.working, cand.spec, cx.compat_check, **cand.kwargs)
+    free = assign(st.working, cand.spec, cx.compat_check, explain=False, **cand.kwargs)
     if not free.feasible:
         # Capacity only shrinks between two heads: the shape stays unplaceable this cycle.
         st.no_fit_unreserved.add(cand.base_shape)

@@ -175,7 +175,7 @@ def _hopeless(cx: CycleInputs, st: CycleState, cand: Candidate) -> bool:
                 st.running_arrays = RunningArrays(cx.snapshot, cx.running)  # once per cycle
             below = st.running_arrays.candidates(np.ones(len(cx.snapshot.node_names)), rank)
             freeable = st.freeable[rank] = st.running_arrays.releases(below.tolist()).released(cx.snapshot, len(below))
-        verdict = st.hopeless[key] = not assign(freeable, cand.spec, cx.compat_check, **cand.kwargs).feasible
+        verdict = st.hopeless[key] = not assign(freeable, cand.spec, cx.compat_check, explain=False, **cand.kwargs).feasible
     return verdict
 
 
@@ -246,7 +246,7 @@ def fits_after_release(working: Snapshot, spec, releasing: list[RunningTask], co
     """Would the task fit once the work already being preempted has given its devices back?"""
     scratch = working.copy()
     release_all(scratch, releasing)
-    return assign(scratch, spec, compat_check, **kwargs).feasible
+    return assign(scratch, spec, compat_check, explain=False, **kwargs).feasible
 
 
 def class_allows_preemption(snapshot: Snapshot, policy: SchedulingPolicySpec, victim: RunningTask) -> bool:

@@ -302,7 +302,7 @@ class _Forecast:
             try:
                 skip = p.shape in failed or (p.tried and p.pools.isdisjoint(dirty)) or not p.may_fit(scratch)
                 p.tried = True
-                if skip or not (result := assign(scratch, p.item.spec, self.check)).feasible:
+                if skip or not (result := assign(scratch, p.item.spec, self.check, explain=False)).feasible:
                     failed.add(p.shape)
                     still.append(p)
                     continue

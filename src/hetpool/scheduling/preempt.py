@@ -63,13 +63,13 @@ def find_victims(
     candidates = [arrays.tasks[i] for i in positions]
     releases = arrays.releases(positions)
 
-    result = assign(snap, task, compat_check, **assign_kwargs)
+    result = assign(snap, task, compat_check, explain=False, **assign_kwargs)
     if result.feasible:
         return PreemptionPlan(victims=[], assignment=result, reason=f"{_who(task, preemptor_id)} fits without preemption")
 
     # One placement with every candidate gone rejects hopeless cases (an incompatible
     # framework, a gang larger than the pools) before paying for the incremental pass.
-    if not candidates or not assign(releases.released(snap, len(candidates)), task, compat_check, **assign_kwargs).feasible:
+    if not candidates or not assign(releases.released(snap, len(candidates)), task, compat_check, explain=False, **assign_kwargs).feasible:
         return None
 
     chosen = candidates[: _shortest_prefix(snap, task, releases, len(candidates), compat_check, assign_kwargs)]
@@ -82,12 +82,12 @@ def find_victims(
     # `fit` is a placement valid on `scratch` as it stands: a victim that holds nothing on its
     # nodes is put back without asking for a placement (it still fits there) — on a busy
     # estate most chosen victims are small ones elsewhere, and each placement costs ~1 ms.
-    needed, fit = [chosen[-1]], assign(scratch, task, compat_check, **assign_kwargs)
+    needed, fit = [chosen[-1]], assign(scratch, task, compat_check, explain=False, **assign_kwargs)
     for victim in reversed(chosen[:-1]):
         _take(scratch, victim)
         if fit.feasible and not _on_nodes_of(victim, fit):
             continue
-        placed = assign(scratch, task, compat_check, **assign_kwargs)
+        placed = assign(scratch, task, compat_check, explain=False, **assign_kwargs)
         if placed.feasible:
             fit = placed
         else:
@@ -98,7 +98,7 @@ def find_victims(
 
     # `scratch` now holds exactly the final victims released; place on it for the plan
     # (`fit` still holds there, should the search not find it again).
-    final = assign(scratch, task, compat_check, **assign_kwargs)
+    final = assign(scratch, task, compat_check, explain=False, **assign_kwargs)
     final = final if final.feasible or not fit.feasible else fit
     reason = _reason(snap, task, task_priority_rank, victims, preemptor_id)
     if any(v.id in reclaimable for v in victims):
@@ -114,7 +114,7 @@ def _shortest_prefix(snap: Snapshot, task: TaskSpec, releases: Releases, count: 
     lo, hi = 1, count  # hi: known to fit
     while lo < hi:
         mid = (lo + hi) // 2
-        if assign(releases.released(snap, mid), task, compat_check, **assign_kwargs).feasible:
+        if assign(releases.released(snap, mid), task, compat_check, explain=False, **assign_kwargs).feasible:
             hi = mid
         else:
             lo = mid + 1
