@@ -467,7 +467,8 @@ def test_without_explain_a_placement_is_the_same_and_a_no_fit_skips_the_per_row_
     """Callers that only ask whether or where a task fits (preemption search, backfill
     start times, the forecast) pass explain=False: the answer is the same, only the costly
     per-row account of why it failed is left out."""
-    snap = make_snapshot([node("g0", "nvidia-h100", 8, stack=CUDA_STACK), node("g1", "nvidia-h100", 8, stack=CUDA_STACK)], [pool("h100", "nvidia-h100", ["g0", "g1"])])
+    nodes = [node("g0", "nvidia-h100", 8, stack=CUDA_STACK), node("g1", "nvidia-h100", 8, stack=CUDA_STACK)]
+    snap = make_snapshot(nodes, [pool("h100", "nvidia-h100", ["g0", "g1"])])
     fits = task(devices={"class": "gpu", "count": 8})
     explained, bare = assign(snap, fits, CHECK), assign(snap, fits, CHECK, explain=False)
     assert bare.feasible and [(p.node, p.device_indices) for p in bare.placements] == [(p.node, p.device_indices) for p in explained.placements]
