@@ -56,3 +56,36 @@ def test_a_parked_gang_is_let_go_when_all_its_workers_could_fit_not_one() -> Non
     assert "gang" not in cycle()
     finish("g1")  # now both workers could fit: it is let go and starts
     assert cycle()["gang"].admit
+
+
+def test_a_parked_slice_is_let_go_only_when_a_device_has_its_share_free() -> None:
+    """A slice (here 40 GB of an 80 GB H100: half a device) waits for a device with half of
+    it free; slices ending elsewhere on the device that free less do not let it go (before,
+    any growth on its pools did, and on the benchmark's estate ~120 slices a cycle were
+    decided again, to fail again)."""
+    end = T0 + timedelta(hours=5)
+    busy = {"whole": running_task("whole", [alloc("g0", "h100", range(1, 8))], priority="critical", preemptible=False, expected_end=end)}
+    for name, share in (("half", 0.5), ("quarter", 0.25), ("eighth", 0.125)):
+        busy[name] = running_task(name, [alloc("g0", "h100", [0], fraction=share)], priority="critical", preemptible=False, expected_end=end)
+    # g1 ends first: the whole-node head ahead of the slice reserves it, not g0.
+    busy["g1"] = running_task("g1", [alloc("g1", "h100", range(8))], priority="critical", preemptible=False, expected_end=T0 + timedelta(hours=1))
+    nodes = [node(n, "nvidia-h100", 8, stack=CUDA_STACK) for n in ("g0", "g1")]
+    snap = snapshot_with_running(nodes, [pool("h100", "nvidia-h100", ["g0", "g1"], shareable=True)], busy.values())
+    ahead = QueuedTask("ahead", task("ahead", devices={"class": "gpu", "count": 8}), T0)
+    slice_ = QueuedTask("slice", task("slice", devices={"class": "gpu", "count": 1, "memory_gb": 40}), T0 + timedelta(minutes=1))
+    policy = SchedulingPolicySpec(park_waiting=True)
+
+    def cycle():
+        return _by_id(run_cycle(snap, [ahead, slice_], CHECK, T0, running=list(busy.values()), policy=policy, estimate=False))
+
+    def finish(name: str) -> None:
+        a = busy.pop(name).allocations[0]
+        snap.release(snap.row_of(a.node, a.pool), a.device_indices, a.device_fraction, a.cpu, a.memory_gb)
+
+    first = cycle()
+    assert not first["slice"].admit and "slice" in snap.parking["state"].parked
+    finish("eighth")  # device 0 now has a quarter free: not its half
+    assert "slice" not in cycle()
+    finish("quarter")  # half free: it is let go and starts there
+    started = cycle()["slice"]
+    assert started.admit and started.assignment.placements[0].device_indices == (0,)

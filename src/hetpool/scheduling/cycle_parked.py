@@ -64,8 +64,16 @@ def _shape_failed(cx: CycleInputs, st: CycleState, q: QueueSpec, spec: TaskSpec)
 
 
 def _blocking_ids(cx: CycleInputs, st: CycleState, spec: TaskSpec) -> tuple[str, ...]:
-    """This cycle's reservations `spec` must not delay, in the order cycle.nominate lists them."""
-    return tuple(r.task_id for r in st.reservations.values() if not may_use(cx, st, spec, r))
+    """This cycle's reservations `spec` must not delay, in the order cycle.nominate lists
+    them: once per shape and estimate while the reservations are the same (they are only
+    added within a cycle, so their number names them)."""
+    if not st.reservations:
+        return ()
+    key = (spec.placement_shape, spec.runtime_estimate, len(st.reservations))
+    blocking = st.blocking_of.get(key)
+    if blocking is None:
+        blocking = st.blocking_of[key] = tuple(r.task_id for r in st.reservations.values() if not may_use(cx, st, spec, r))
+    return blocking
 
 
 def _stays_parked(cx: CycleInputs, st: CycleState, q: QueueSpec, item: QueuedTask) -> bool:
@@ -106,10 +114,7 @@ def _kept_off_now(cx: CycleInputs, st: CycleState, spec: TaskSpec) -> frozenset[
     """The nodes this cycle's reservations that `spec` must not delay hold: which ones, once
     per shape while the reservations stay the same; their nodes, once per such set (a
     reservation may hold hundreds of nodes, and thousands of parked heads ask)."""
-    key = (spec.placement_shape, spec.runtime_estimate, tuple(st.reservations))
-    blocking = st.blocking_of.get(key)
-    if blocking is None:
-        blocking = st.blocking_of[key] = _blocking_ids(cx, st, spec)
+    blocking = _blocking_ids(cx, st, spec)
     nodes = st.excluded_now.get(blocking)
     if nodes is None:
         by_name, ids = cx.snapshot.node_by_name, set(blocking)

@@ -94,7 +94,7 @@ class CycleState:
     staying_groups: set[tuple] = field(default_factory=set)  # Parked.key of heads that stay parked this cycle (cycle_parked.still_parked)
     failed_groups: set[tuple] = field(default_factory=set)  # (Parked.key, reservations held) whose shape failed (cycle_parked.still_parked)
     no_fit_unreserved: set[str] = field(default_factory=set)  # shapes that fit nowhere free, reservations aside (cycle._blocking_reservation)
-    blocking_of: dict[tuple, tuple[str, ...]] = field(default_factory=dict)  # see cycle_parked._kept_off_now
+    blocking_of: dict[tuple, tuple[str, ...]] = field(default_factory=dict)  # see cycle_parked._blocking_ids
     excluded_now: dict[tuple[str, ...], frozenset[int]] = field(default_factory=dict)  # see cycle_parked._kept_off_now
     rows_of_nodes: dict[frozenset, np.ndarray] = field(default_factory=dict)  # see cycle_parked._fits_on_nodes
     no_fit: set[tuple] = field(default_factory=set)  # see cycle_parked._fits

@@ -54,7 +54,7 @@ import numpy as np
 from hetpool.core.tasks import TaskSpec
 from hetpool.scheduling.assign import candidate_groups
 from hetpool.scheduling.explain import Reason
-from hetpool.scheduling.filters import CompatCheck, class_matches, pool_verdict
+from hetpool.scheduling.filters import CompatCheck, class_matches, pool_verdict, slice_fraction
 from hetpool.scheduling.running import RunningTask
 from hetpool.scheduling.snapshot import Snapshot
 
@@ -94,8 +94,8 @@ class Parked:
     # It fits no pool even idle and healthy: only a new inventory (a new snapshot), a spec
     # or a policy change can change that — not capacity, not what runs, not health.
     never: bool = False
-    # (whole devices, CPU, memory GB) one worker needs, or None (slices: see worker_demand).
-    demand: tuple[int, float, float] | None = None
+    # (whole devices, CPU, memory GB, device share) one worker needs (see worker_demand).
+    demand: tuple[int, float, float, float] | None = None
     parked_at: datetime | None = None  # the cycle clock when it was parked
     # Its preemption was not planned (policy.max_preemption_tries was used up before its
     # turn): it is let go at its turn (cycle.still_parked) when the cycle still has a try, or
@@ -146,7 +146,7 @@ class Parking:
         self.after = (working.dev_free.data.copy(), working.free_cpu.copy(), working.free_mem.copy(), working.node_healthy.copy())
 
 
-def fits_grown(working: Snapshot, rows: np.ndarray | None, pools: frozenset[int], demand: tuple[int, float, float] | None) -> bool:
+def fits_grown(working: Snapshot, rows: np.ndarray | None, pools: frozenset[int], demand: tuple | None) -> bool:
     """Can one of the grown `rows` of `pools` hold a whole worker of `demand` on the working
     snapshot as it is now, after what this cycle already placed (a preemptor, decided first,
     has taken what its victims freed)? None rows or demand: it may."""
@@ -162,28 +162,33 @@ def rows_of_pools(snap: Snapshot, rows: np.ndarray, pools: frozenset[int]) -> np
     return rows[mask[snap.row_pool[rows]]]
 
 
-def fits_on_rows(working: Snapshot, rows: np.ndarray, demand: tuple[int, float, float] | None) -> bool:
+def fits_on_rows(working: Snapshot, rows: np.ndarray, demand: tuple | None) -> bool:
     """Can one of `rows` hold a whole worker of `demand` now (None demand: any row will do)?"""
     if not len(rows) or demand is None:
         return bool(len(rows))
-    whole, cpu, mem = demand
+    whole, cpu, mem, share = demand
     nodes = working.row_node[rows]
     fits = working.node_healthy[nodes] & (working.row_free_whole[rows] >= whole)
     fits &= (working.free_cpu[nodes] >= cpu - 1e-9) & (working.free_mem[nodes] >= mem - 1e-9)
+    if share:  # a slice: some device of the row has that much of it free
+        fits &= (working.dev_free.data[rows] >= share - 1e-9).any(axis=1)
     return bool(fits.any())
 
 
-def worker_slots(working: Snapshot, rows: np.ndarray, demand: tuple[int, float, float], most: int, by_model: bool) -> int:
+def worker_slots(working: Snapshot, rows: np.ndarray, demand: tuple, most: int, by_model: bool) -> int:
     """How many whole workers of `demand` `rows` could hold now, at most `most` per row — in
     the best device model alone when `by_model`. An upper bound: rows on one node each count
     the node's CPU and memory."""
     if not len(rows):
         return 0
-    whole, cpu, mem = demand
+    whole, cpu, mem, share = demand
     nodes = working.row_node[rows]
     slots = np.where(working.node_healthy[nodes], most, 0)
     if whole:
         slots = np.minimum(slots, working.row_free_whole[rows] // whole)
+    if share:  # slices share a device while enough of it is free (as filters.workers_fit counts them)
+        by_device = np.floor(np.clip(working.dev_free.data[rows], 0, None) / share + 1e-9).sum(axis=1)
+        slots = np.minimum(slots, by_device.astype(np.int64))
     if cpu > 0:
         slots = np.minimum(slots, np.floor((working.free_cpu[nodes] + 1e-9) / cpu).astype(np.int64))
     if mem > 0:
@@ -199,13 +204,26 @@ def grown_pools(snap: Snapshot, rows: np.ndarray | None) -> frozenset[int] | Non
     return None if rows is None else frozenset(snap.row_pool[rows].tolist())
 
 
-def worker_demand(spec: TaskSpec) -> tuple[int, float, float] | None:
-    """(whole devices, CPU, memory GB) of one worker; None when it asks for a slice."""
+def worker_demand(spec: TaskSpec, snap: Snapshot, pools: frozenset[int]) -> tuple[int, float, float, float] | None:
+    """(whole devices, CPU, memory GB, device share) of one worker on the pools it could use:
+    a slice (a device share, or device memory or compute) needs no whole device but some
+    device with the smallest share it takes on any of those pools free (filters.slice_fraction;
+    as assign, a slice that takes a whole device or more everywhere takes `count` whole
+    ones). An upper bound of what it needs, for the parking's "could it fit now?" (before,
+    a slice woke at any growth on its pools: on the benchmark's estate, ~120 slices a cycle
+    were let go to fail again). None: no pool to take the share from."""
     per_worker = spec.per_worker
     devices = per_worker.devices
-    if devices is not None and (devices.count < 1 or devices.memory_gb or devices.cores_percent):
-        return None
-    return (int(devices.count) if devices is not None else 0, float(per_worker.cpu), float(per_worker.memory_gb))
+    cpu, mem = float(per_worker.cpu), float(per_worker.memory_gb)
+    if devices is None:
+        return (0, cpu, mem, 0.0)
+    if devices.count < 1 or devices.memory_gb or devices.cores_percent:
+        if not pools:
+            return None
+        share = min(slice_fraction(snap.pools[i], spec) for i in pools)
+        if share < 1.0:
+            return (0, cpu, mem, share)
+    return (int(devices.count), cpu, mem, 0.0)
 
 
 def usable_pools(snap: Snapshot, spec: TaskSpec, compat_check: CompatCheck, allowed_pools: set[str] | None) -> frozenset[int]:
@@ -324,7 +342,7 @@ def close_parking(park: Parking, working: Snapshot, decisions: list, candidates:
         excluded = frozenset(np.flatnonzero(reserved).tolist()) if reserved is not None else frozenset()
         reserves = d.explanation.reason in _MAY_RESERVE and cand.queue.ordering != "fifo"
         evict = 0 if never else counts.on(pools, rank)
-        demand = worker_demand(cand.item.spec)
+        demand = worker_demand(cand.item.spec, working, pools)
         late = d.task_id in deferred
         park.parked[d.task_id] = Parked(cand.item.spec, cand.queue.name, pools, evict, rank, excluded, reserves, never, demand, now, late)
     if park.parked:  # what the next cycle compares against (nothing to compare: nothing to copy)
