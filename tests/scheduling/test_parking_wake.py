@@ -12,11 +12,23 @@ from hetpool.core.policy import SchedulingPolicySpec
 from hetpool.scheduling.cycle import QueuedTask, run_cycle
 from hetpool.scheduling.explain import Reason
 from tests.scheduling.factories import CUDA_STACK, alloc, node, pool, running_task, snapshot_with_running, task
-from tests.scheduling.test_explanations import CHECK, T0, _by_id, _gang, _reservation_estate, _small
+from tests.scheduling.test_explanations import CHECK, H100, T0, _by_id, _gang, _small
+
+
+def _reservation_estate(evictable: bool):
+    """test_explanations' estate (g0, g1 half used until +2h / +3h, g2 full until +10h),
+    with g2's low-priority work preemptible or not."""
+    running = [
+        running_task("r0", [alloc("g0", "h100", range(4))], priority="low", expected_end=T0 + timedelta(hours=2), preemptible=False),
+        running_task("r1", [alloc("g1", "h100", range(4))], priority="low", expected_end=T0 + timedelta(hours=3), preemptible=False),
+        running_task("r2", [alloc("g2", "h100", range(8))], priority="low", expected_end=T0 + timedelta(hours=10), preemptible=evictable),
+    ]
+    nodes = [node(n, H100, 8, stack=CUDA_STACK) for n in ("g0", "g1", "g2")]
+    return snapshot_with_running(nodes, [pool("h100", H100, ["g0", "g1", "g2"])], running), running
 
 
 def test_a_head_blocked_by_a_reservation_waits_parked_until_the_reservation_is_gone() -> None:
-    snap, running = _reservation_estate()
+    snap, running = _reservation_estate(evictable=False)
     policy = SchedulingPolicySpec(park_waiting=True)
     gang, small = _gang(), _small()  # the same queued tasks every cycle (a new spec is a change)
     first = _by_id(run_cycle(snap, [gang, small], CHECK, T0, running=running, policy=policy))
@@ -89,3 +101,17 @@ def test_a_parked_slice_is_let_go_only_when_a_device_has_its_share_free() -> Non
     finish("quarter")  # half free: it is let go and starts there
     started = cycle()["slice"]
     assert started.admit and started.assignment.placements[0].device_indices == (0,)
+
+
+def test_a_blocked_head_with_work_it_could_evict_is_decided_every_cycle() -> None:
+    """Blocked by a reservation it plans no preemption; once the free capacity beside the
+    reservation is taken it is no longer blocked and does (tests/sim/test_parking.py, seed
+    105). Capacity shrinking is nothing parking watches, so such a head is not parked."""
+    snap, running = _reservation_estate(evictable=True)
+    policy = SchedulingPolicySpec(park_waiting=True)
+    gang, small = _gang(), _small()
+    first = _by_id(run_cycle(snap, [gang, small], CHECK, T0, running=running, policy=policy))
+    assert first["small"].explanation.reason is Reason.BLOCKED_BY_RESERVATION
+    assert "small" not in snap.parking["state"].parked
+    again = run_cycle(snap, [gang, small], CHECK, T0, running=running, policy=policy)
+    assert sorted(d.task_id for d in again.decisions) == ["gang", "small"] and again.parked == 0

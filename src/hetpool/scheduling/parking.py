@@ -342,6 +342,11 @@ def close_parking(park: Parking, working: Snapshot, decisions: list, candidates:
         excluded = frozenset(np.flatnonzero(reserved).tolist()) if reserved is not None else frozenset()
         reserves = d.explanation.reason in _MAY_RESERVE and cand.queue.ordering != "fifo"
         evict = 0 if never else counts.on(pools, rank)
+        if evict and d.explanation.reason is Reason.BLOCKED_BY_RESERVATION:
+            # Blocked, it plans no preemption ("no preemption helps"); once the free capacity
+            # it would take beside the reservation is taken, it is no longer blocked and
+            # plans one. Capacity shrinking changes its decision: nothing parking watches.
+            continue
         demand = worker_demand(cand.item.spec, working, pools)
         late = d.task_id in deferred
         park.parked[d.task_id] = Parked(cand.item.spec, cand.queue.name, pools, evict, rank, excluded, reserves, never, demand, now, late)
