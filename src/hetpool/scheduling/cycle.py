@@ -55,6 +55,7 @@ from hetpool.scheduling.cycle_state import (
     index_by_pool,
     release,
     shape_key,
+    slowest_memo,
     take,
     units,
 )
@@ -266,6 +267,7 @@ def open_cycle(cx: CycleInputs, queue: list[QueuedTask], queues: list[QueueSpec]
         tenant_matters=any(p.spec.reserved_for is not None for p in snapshot.pools),
         releasing=[r for r in running if r.being_preempted],
         idle_results=snapshot.idle_memo(),
+        slowest_runtime=slowest_memo(snapshot, cx.models),
     )
     for r in running:
         if r.preemptible:

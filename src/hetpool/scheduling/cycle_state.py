@@ -212,6 +212,22 @@ def index_by_pool(by_pool: dict[str, list[RunningTask]], task: RunningTask) -> N
         by_pool.setdefault(pool, []).append(task)
 
 
+def slowest_memo(snapshot: Snapshot, models: dict) -> dict:
+    """The slowest runtime per shape and estimate (backfill.slowest_runtime_s, asked by the
+    backfill test of thousands of parked heads a cycle), kept across cycles while the device
+    models read the same: it depends on the task and, of each model, its name, class and
+    relative performance (estimate.runtime_on) alone — the key, since the server hands each
+    cycle new model objects (measured performance written over the catalog's)."""
+    key = tuple((name, m.device_class, tuple(sorted(m.relative_performance.items()))) for name, m in sorted(models.items()))
+    memo = snapshot.runtime_cache.get(key)
+    if memo is None:
+        snapshot.runtime_cache.clear()  # models changed (measured performance): start over
+        memo = snapshot.runtime_cache[key] = {}
+    elif len(memo) > 100_000:  # a long-lived snapshot meets ever new shapes: keep it bounded
+        memo.clear()
+    return memo
+
+
 def idle_key(cand: Candidate, estate: str = "idle") -> tuple:
     """What an idle-estate result depends on besides the inventory and its health: the
     shape and the constraints it is placed under (a queue's pools can be edited)."""
