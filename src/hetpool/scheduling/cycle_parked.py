@@ -44,7 +44,7 @@ def still_parked(cx: CycleInputs, st: CycleState, q: QueueSpec, item: QueuedTask
     parked = st.parked.get(item.id)
     if parked is None:
         return False
-    group = parked.group or parked.key()
+    group = (q.name, parked.group or parked.key())  # the queue it is routed to now: _stays_parked reads it
     if group in st.staying_groups or (group, len(st.reservations)) in st.failed_groups:
         return True
     if _stays_parked(cx, st, q, item):
