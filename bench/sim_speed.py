@@ -2,7 +2,13 @@
 
     python bench/sim_speed.py [--nodes 1000] [--tasks 100000] [--cycle-interval 60] [-o json]
 
-The trace's arrival rate is set so the estate runs at roughly --load of its capacity.
+Each shape's arrival rate is set so that every pool runs at about --load of its capacity:
+a shape counts only the pools it can run on (class, models, framework and driver
+compatibility, gang width: asked of the core's own `assign` on the idle estate), at its
+task type's speed there (arrival_rates). `--whole-estate-load` sets the rate against every
+accelerator with fixed shares instead, as before 2026-12-07: the NPU MindSpore gangs, which
+only one pool can run, then arrive at ~3.6x that pool's capacity while the H800/H100 pools
+idle, and the queue grows without bound.
 Prints and saves bench/results/sim_speed.json: wall seconds, scheduler seconds, cycles,
 tasks completed, average wait and JCT.
 """
@@ -15,6 +21,7 @@ import random
 import resource
 import sys
 import time
+from collections import Counter
 from contextlib import nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,11 +32,12 @@ from scheduler_throughput import inventory  # noqa: E402  (same synthetic estate
 
 from hetpool.catalog.compat import CompatibilityKB  # noqa: E402
 from hetpool.catalog.devices import DeviceCatalog  # noqa: E402
+from hetpool.core.interpreter import tuned_gc  # noqa: E402
 from hetpool.core.tasks import TaskSpec  # noqa: E402
+from hetpool.scheduling.assign import assign  # noqa: E402
 from hetpool.sim.engine import SimConfig, Simulator  # noqa: E402
 from hetpool.sim.report import summarize  # noqa: E402
 from hetpool.sim.trace import TraceTask  # noqa: E402
-from hetpool.core.interpreter import tuned_gc  # noqa: E402
 
 SHAPES = [
     # (share, task doc, mean hours on the reference device)
@@ -77,15 +85,43 @@ SHAPES = [
 ]
 
 
-def make_trace(n: int, accelerators: int, load: float, rng: random.Random) -> list[TraceTask]:
-    mean_device_hours = sum(share * doc.get("workers", 1) * doc["per_worker"]["devices"]["count"] * hours for share, doc, hours in SHAPES)
-    rate = load * accelerators / (mean_device_hours * 3600)  # tasks per second
-    t, tasks = 0.0, []
+def shape_specs() -> list[TaskSpec]:
+    return [
+        TaskSpec.model_validate({**doc, "name": f"shape{i}", "tenant": "org/team0", "runtime_estimate": f"{hours}h"})
+        for i, (_, doc, hours) in enumerate(SHAPES)
+    ]
+
+
+def arrival_rates(snap, compat_check, load: float) -> list[float]:
+    """Tasks per second of each shape, so that every pool runs at about `load`.
+
+    Each shape may use the pools `assign` places it on in the idle estate, each device
+    counted at the shape's speed there (reference-device seconds per second). A pool that
+    several shapes may use is split evenly among them; a shape's rate brings `load` × its
+    capacity in work. So no pool is asked for more than it can run (the queue stays
+    bounded, as on an estate in steady state), and none idles for want of eligible work."""
+    specs = shape_specs()
+    usable = [
+        {i for i, pool in enumerate(snap.pools) if assign(snap, spec, compat_check, allowed_pools={pool.name}, explain=False).feasible}
+        for spec in specs
+    ]
+    sharing = Counter(i for pools in usable for i in pools)
+    rates = []
+    for spec, pools, (_, doc, hours) in zip(specs, usable, SHAPES, strict=True):
+        capacity = sum(float(snap.row_total[snap.row_pool == i].sum()) * snap.pools[i].model.perf_for(spec.task_type) / sharing[i] for i in pools)
+        work = doc.get("workers", 1) * doc["per_worker"]["devices"]["count"] * hours * 3600  # reference-device seconds per task
+        rates.append(load * capacity / work)
+    return rates
+
+
+def make_trace(n: int, rates: list[float], rng: random.Random) -> list[TraceTask]:
+    """n tasks arriving as a Poisson stream, each of shape i with probability rates[i] / sum."""
+    total, t, tasks = sum(rates), 0.0, []
     for i in range(n):
-        t += rng.expovariate(rate)
-        r, acc = rng.random(), 0.0
-        for share, doc, hours in SHAPES:  # noqa: B007 (the loop picks doc and hours)
-            acc += share
+        t += rng.expovariate(total)
+        r, acc = rng.random() * total, 0.0
+        for rate, (_, doc, hours) in zip(rates, SHAPES, strict=True):  # noqa: B007 (the loop picks doc and hours)
+            acc += rate
             if r <= acc:
                 break
         actual = rng.expovariate(1 / (hours * 3600))
@@ -98,7 +134,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--tasks", type=int, default=100000)
-    parser.add_argument("--load", type=float, default=0.8)
+    parser.add_argument("--load", type=float, default=0.8, help="arrivals as a fraction of what each pool can run")
+    parser.add_argument(
+        "--whole-estate-load", action="store_true", help="--load of every accelerator, fixed shares (overloads the pools few shapes can use)"
+    )
     parser.add_argument("--cycle-interval", type=float, default=60.0, help="virtual seconds between scheduling cycles")
     parser.add_argument("--seed", type=int, default=3)
     parser.add_argument("-o", "--output", choices=["json", "text"], default="text")
@@ -109,8 +148,13 @@ def main(argv: list[str] | None = None) -> dict:
     models = {m.name: m for m in DeviceCatalog.builtin().all()}
     clusters, nodes, pools = inventory(args.nodes)
     accelerators = sum(g.count for n in nodes for g in n.devices)
-    trace = make_trace(args.tasks, accelerators, args.load, rng)
     sim = Simulator(clusters, nodes, pools, models, CompatibilityKB.builtin().check, SimConfig(min_cycle_interval_s=args.cycle_interval))
+    if args.whole_estate_load:
+        mean_device_hours = sum(share * doc.get("workers", 1) * doc["per_worker"]["devices"]["count"] * hours for share, doc, hours in SHAPES)
+        rates = [share * args.load * accelerators / (mean_device_hours * 3600) for share, _, _ in SHAPES]
+    else:
+        rates = arrival_rates(sim.snapshot, CompatibilityKB.builtin().check, args.load)
+    trace = make_trace(args.tasks, rates, rng)
     started = time.perf_counter()
     with nullcontext() if args.default_gc else tuned_gc():  # as `hetpool sim run` runs it
         result = sim.run(trace)
@@ -122,6 +166,10 @@ def main(argv: list[str] | None = None) -> dict:
         "accelerators": accelerators,
         "tasks": args.tasks,
         "cycle_interval_s": args.cycle_interval,
+        "load": args.load,
+        "load_basis": "whole estate" if args.whole_estate_load else "each pool",
+        "arrivals_per_hour": round(sum(rates) * 3600, 1),
+        "mix": [round(r / sum(rates), 3) for r in rates],
         "gc": "default" if args.default_gc else "server",
         "wall_seconds": round(wall, 2),
         "scheduler_seconds": summary["scheduler_seconds"],

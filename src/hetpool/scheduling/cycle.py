@@ -269,11 +269,11 @@ def open_cycle(cx: CycleInputs, queue: list[QueuedTask], queues: list[QueueSpec]
         idle_results=snapshot.idle_memo(),
         slowest_runtime=slowest_memo(snapshot, cx.models),
     )
+    ranks_left, by_pool = st.preemptible_ranks, st.by_pool
     for r in running:
         if r.preemptible:
-            st.preemptible_ranks[r.priority_rank] = st.preemptible_ranks.get(r.priority_rank, 0) + 1
-    for r in running:
-        index_by_pool(st.by_pool, r)
+            ranks_left[r.priority_rank] = ranks_left.get(r.priority_rank, 0) + 1
+        index_by_pool(by_pool, r)
     return st
 
 

@@ -179,9 +179,19 @@ def fair_share(snapshot: Snapshot, running: list[RunningTask], weights: dict[str
     accel_rows = ~snapshot.row_is_cpu
     totals = (float((snapshot.device_totals() * perf)[accel_rows].sum()), float(snapshot.total_cpu.sum()), float(snapshot.total_mem.sum()))
     fair = FairShare(totals, tenant_weight(weights))
+    # Summed here, in the running work's order, then set once per tenant: the same sums as
+    # FairShare.add per allocation, without its cache bookkeeping per running task.
+    factors, used = snapshot.unit_factors, {}
     for task in running:
+        sums = used.get(task.tenant)
+        if sums is None:
+            sums = used[task.tenant] = [0.0, 0.0, 0.0]
         for a in task.allocations:
-            fair.add(task.tenant, units(snapshot, a.pool, len(a.device_indices) * a.device_fraction), a.cpu, a.memory_gb)
+            sums[0] += len(a.device_indices) * a.device_fraction * factors.get(a.pool, 0.0)
+            sums[1] += a.cpu
+            sums[2] += a.memory_gb
+    for tenant, sums in used.items():
+        fair.set_used(tenant, sums)
     return fair
 
 
@@ -208,7 +218,16 @@ def release(snap: Snapshot, result: Assignment) -> None:
 
 
 def index_by_pool(by_pool: dict[str, list[RunningTask]], task: RunningTask) -> None:
-    for pool in {a.pool for a in task.allocations}:
+    allocations = task.allocations
+    if len(allocations) == 1:  # most work: one worker, no set to build
+        pool = allocations[0].pool
+        listed = by_pool.get(pool)
+        if listed is None:
+            by_pool[pool] = [task]
+        else:
+            listed.append(task)
+        return
+    for pool in {a.pool for a in allocations}:
         by_pool.setdefault(pool, []).append(task)
 
 

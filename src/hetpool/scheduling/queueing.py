@@ -108,6 +108,13 @@ class FairShare:
         used[1] += cpu
         used[2] += memory_gb
 
+    def set_used(self, tenant: str, used: list[float]) -> None:
+        """The tenant's usage summed elsewhere (cycle_state.fair_share): replaces, not adds."""
+        self._shares.pop(tenant, None)
+        self._versions[tenant] += 1
+        self.epoch += 1
+        self.used[tenant] = list(used)
+
     def share(self, tenant: str) -> float:
         cached = self._shares.get(tenant)
         if cached is not None:
