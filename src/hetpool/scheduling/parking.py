@@ -47,7 +47,7 @@ changed inventory) parks nothing. `policy.park_waiting: false` turns it off.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import numpy as np
 
@@ -248,16 +248,23 @@ def evictable_counts(snap: Snapshot, running: list[RunningTask], borrowing: set[
     """Per pool index: preemptible running work per priority rank (index 0..3), and the
     borrowers among it (index 4)."""
     counts: dict[int, list[int]] = {}
+    pool_by_name = snap.pool_by_name
     for r in running:
         if not r.preemptible or r.being_preempted:
             continue
-        for pool in {a.pool for a in r.allocations}:
-            index = snap.pool_by_name.get(pool)
+        allocations = r.allocations
+        # Each pool counted once per task; most work has one worker (no set to build).
+        pools = (allocations[0].pool,) if len(allocations) == 1 else {a.pool for a in allocations}
+        rank, borrows = min(max(r.priority_rank, 0), 3), r.id in borrowing
+        for pool in pools:
+            index = pool_by_name.get(pool)
             if index is None:
                 continue
-            row = counts.setdefault(index, [0, 0, 0, 0, 0])
-            row[min(max(r.priority_rank, 0), 3)] += 1
-            if r.id in borrowing:
+            row = counts.get(index)
+            if row is None:
+                row = counts[index] = [0, 0, 0, 0, 0]
+            row[rank] += 1
+            if borrows:
                 row[4] += 1
     return counts
 
@@ -274,7 +281,7 @@ class Evictable:
         """Preemptible running work of a lower priority than `rank`, or borrowing, on `pools`."""
         if self.counts is None:
             quota = self.quota
-            borrowing = {r.id for r in self.running if quota is not None and quota.is_borrowing(r.id)}
+            borrowing = {r.id for r in self.running if quota.is_borrowing(r.id)} if quota is not None else set()
             self.counts = evictable_counts(self.snap, self.running, borrowing)
         total = 0
         for index in pools:
@@ -301,6 +308,7 @@ def open_parking(snapshot: Snapshot, policy, running: list[RunningTask], quota, 
     # Growth and more evictable work are asked about at each head's turn
     # (cycle_parked.still_parked): here only what does not depend on what this cycle does.
     stale: list[tuple] = []  # parked long enough to be refreshed: (parked at, cycles, id)
+    due = now - timedelta(seconds=MAX_PARKED_S)  # parked at or before this: refreshed (one compare per head)
     for task_id, p in list(park.parked.items()):
         found = queued(task_id)
         if found is None or found[0].spec is not p.spec or found[1] != p.rank:
@@ -309,7 +317,7 @@ def open_parking(snapshot: Snapshot, policy, running: list[RunningTask], quota, 
         p.cycles += 1
         if p.never:
             continue  # nothing in its explanation depends on time: no refresh (a rank change lets it go above)
-        if p.cycles > MAX_PARKED_CYCLES or (p.parked_at is not None and (now - p.parked_at).total_seconds() >= MAX_PARKED_S):
+        if p.cycles > MAX_PARKED_CYCLES or (p.parked_at is not None and p.parked_at <= due):
             stale.append((p.parked_at or now, -p.cycles, task_id))
     # The refresh is rationed, oldest first: heads parked in the same cycle would otherwise
     # all come due in the same later one (a whole queue's worth on a busy estate).
