@@ -19,6 +19,7 @@ reserved nodes (backfill.may_use_reserved), so it is not subject to this.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -131,9 +132,15 @@ def plan_overrun_eviction(cx: CycleInputs, st: CycleState, cand: Candidate) -> P
     item, spec = cand.item, cand.spec
     if st.overran is None:
         st.overran = overran(cx.running, cx.now, cx.policy.backfill_overrun_allowance_s)
+        by_start = sorted(st.overran, key=lambda r: r.started_at)
+        st.overran_by_start = ([r.started_at for r in by_start], by_start)
     rank = spec.priority.rank
-    # Only work that started after this head queued, at no higher priority, got ahead of it.
-    ahead = {r.id for r in st.overran if r.id not in st.evicting and r.started_at > item.queued_at and r.priority_rank <= rank}
+    # Only work that started after this head queued, at no higher priority, got ahead of it:
+    # found by bisecting the work by start (most overrunning work started long before a
+    # head queued; a scan of all of it per head cost O(heads × running) a cycle).
+    starts, by_start = st.overran_by_start
+    later = by_start[bisect_right(starts, item.queued_at) :]
+    ahead = {r.id for r in later if r.id not in st.evicting and r.priority_rank <= rank}
     if not ahead:
         return NO_PREEMPTION
     st.preemption_tries += 1

@@ -76,6 +76,7 @@ class CycleState:
     reclaimable: dict = field(default_factory=dict)  # per (tenant, env, type): ids; None: the borrowers by reclaim group (cycle_preempt)
     preemption_tries: int = 0  # heads that planned a preemption this cycle (policy.max_preemption_tries)
     overran: list | None = None  # running work past its own estimate, once per cycle (cycle_preempt.plan_overrun_eviction)
+    overran_by_start: tuple[list, list] | None = None  # the same by start: (start times, work), sorted (bisected per head)
     running_arrays: object = None  # the running work as victim_arrays.RunningArrays, once per cycle (cycle_preempt._victims)
     freeable: dict = field(default_factory=dict)  # per priority rank: the opening estate less all preemptible work below it
     hopeless: dict = field(default_factory=dict)  # per shape and rank: no plan can help (cycle_preempt._hopeless)
