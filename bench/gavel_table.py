@@ -5,7 +5,8 @@ true runtime on the reference device: an oracle), `noisy` (true × exp(N(0, 0.5�
 mean of seeds 0, 1, 2) and `none` (no estimate), next to every policy in Gavel's
 GAVEL_RESULTS.tsv for the trace. The target (issue 19): with noisy estimates, average JCT
 at or below the best Gavel policy without space sharing (no `packed` in its name) and
-makespan within 5 % of `max_min_fairness_perf`'s. Settings: gavel_compare's defaults,
+makespan within 5 % of `max_min_fairness_perf`'s; beside it, the JCT comparison with only
+the policies that read no job's remaining steps (READS_REMAINING_STEPS). Settings: gavel_compare's defaults,
 chosen on another trace (bench/gavel_tune.py).
 
     python bench/gavel_table.py          # prints markdown, saves bench/results/gavel_table.{json,md}
@@ -22,6 +23,14 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 SEEDS = (0, 1, 2)
+# Gavel policies whose allocation reads each job's remaining steps (`num_steps_remaining`
+# in Gavel's scheduler/policies: allox.py, finish_time_fairness.py, min_total_duration.py):
+# the exact remaining work, an oracle no hetpool run in `noisy` or `none` mode gets.
+READS_REMAINING_STEPS = ("allox", "finish_time_fairness", "min_total_duration")
+
+
+def reads_remaining_steps(policy: str) -> bool:
+    return policy.startswith(READS_REMAINING_STEPS)
 
 
 def _compare():
@@ -52,7 +61,9 @@ def hetpool_row(gc, trace: str, mode: str, seeds: tuple[int, ...]) -> dict:
         "jobs": runs[0]["jobs"],
         "migrations": mean("migrations"),
         "preemptions": mean("preemptions"),
-        "per_seed": [{"seed": s, "avg_jct_hours": r["avg_jct_hours"], "makespan_hours": r["makespan_hours"]} for s, r in zip(seeds, runs, strict=True)],
+        "per_seed": [
+            {"seed": s, "avg_jct_hours": r["avg_jct_hours"], "makespan_hours": r["makespan_hours"]} for s, r in zip(seeds, runs, strict=True)
+        ],
     }
 
 
@@ -63,18 +74,29 @@ def trace_table(gc, trace: str, tsv: Path) -> dict:
         "noisy": hetpool_row(gc, trace, "noisy", SEEDS),
         "none": hetpool_row(gc, trace, "none", (0,)),
     }
+    return {"trace": trace, "hetpool": ours, "gavel": gavel, "target": target_of(gavel, ours["noisy"])}
+
+
+def target_of(gavel: dict[str, dict], noisy: dict) -> dict:
+    """Issue 19's target for one trace: noisy hetpool's average JCT at or below the best
+    Gavel policy without space sharing, makespan within 5 % of max_min_fairness_perf's.
+    Also the same JCT comparison against only the policies that read no remaining steps."""
     unpacked = {p: g for p, g in gavel.items() if "packed" not in p}
     best = min(unpacked.items(), key=lambda item: item[1]["avg_jct_hours"])
+    honest = {p: g for p, g in unpacked.items() if not reads_remaining_steps(p)}
+    best_honest = min(honest.items(), key=lambda item: item[1]["avg_jct_hours"])
     mmf = gavel.get("max_min_fairness_perf")
-    noisy = ours["noisy"]
-    target = {
+    return {
         "best_unpacked_policy": best[0],
         "best_unpacked_avg_jct_hours": best[1]["avg_jct_hours"],
+        "best_unpacked_reads_remaining_steps": reads_remaining_steps(best[0]),
         "makespan_bound_hours": round(1.05 * mmf["makespan_hours"], 3) if mmf else None,
         "avg_jct_met": noisy["avg_jct_hours"] <= best[1]["avg_jct_hours"],
         "makespan_met": bool(mmf) and noisy["makespan_hours"] <= 1.05 * mmf["makespan_hours"],
+        "best_without_remaining_steps_policy": best_honest[0],
+        "best_without_remaining_steps_avg_jct_hours": best_honest[1]["avg_jct_hours"],
+        "avg_jct_met_without_remaining_steps": noisy["avg_jct_hours"] <= best_honest[1]["avg_jct_hours"],
     }
-    return {"trace": trace, "hetpool": ours, "gavel": gavel, "target": target}
 
 
 def markdown(tables: list[dict]) -> str:
@@ -87,13 +109,16 @@ def markdown(tables: list[dict]) -> str:
                 f"| **hetpool** | {mode}{seeds} | **{r['avg_jct_hours']:.2f}** | **{r['makespan_hours']:.2f}** | {r['jobs_completed']}/{r['jobs']} |"
             )
         for policy, g in sorted(t["gavel"].items(), key=lambda item: item[1]["avg_jct_hours"]):
-            lines.append(f"| Gavel `{policy}` | (none: rounds) | {g['avg_jct_hours']:.2f} | {g['makespan_hours']:.2f} | {g['jobs_completed']} |")
+            told = "exact remaining steps (oracle)" if reads_remaining_steps(policy) else "(none: rounds)"
+            lines.append(f"| Gavel `{policy}` | {told} | {g['avg_jct_hours']:.2f} | {g['makespan_hours']:.2f} | {g['jobs_completed']} |")
         tg = t["target"]
         lines += [
             "",
             f"Target with noisy estimates: avg JCT ≤ {tg['best_unpacked_avg_jct_hours']:.2f} h (`{tg['best_unpacked_policy']}`): "
             f"**{'met' if tg['avg_jct_met'] else 'not met'}**; makespan ≤ {tg['makespan_bound_hours']:.2f} h (1.05 × `max_min_fairness_perf`): "
-            f"**{'met' if tg['makespan_met'] else 'not met'}**.",
+            f"**{'met' if tg['makespan_met'] else 'not met'}**. Against the policies that read no remaining steps, "
+            f"avg JCT ≤ {tg['best_without_remaining_steps_avg_jct_hours']:.2f} h (`{tg['best_without_remaining_steps_policy']}`): "
+            f"**{'met' if tg['avg_jct_met_without_remaining_steps'] else 'not met'}**.",
             "",
         ]
     return "\n".join(lines)
