@@ -137,6 +137,10 @@ class DataLocation(SpecModel):
     path: Text = ""
 
 
+# TaskSpec's cached properties (derived from its fields; dropped by TaskSpec.copy_with).
+_CACHED_ON_TASK = ("runtime_estimate_s", "placement_shape")
+
+
 class TaskSpec(ObjectSpec):
     kind: Literal["Task"] = "Task"
     name: Name
@@ -207,10 +211,17 @@ class TaskSpec(ObjectSpec):
         return parse_duration(self.runtime_estimate) if self.runtime_estimate else None
 
     def with_runtime_estimate(self, text: str | None) -> TaskSpec:
-        """A copy with another runtime estimate (a plain model_copy keeps the cached seconds)."""
-        copy = self.model_copy(update={"runtime_estimate": text})
-        if "runtime_estimate_s" in vars(copy):
-            del copy.runtime_estimate_s
+        """A copy with another runtime estimate."""
+        return self.copy_with(runtime_estimate=text)
+
+    def copy_with(self, **update) -> TaskSpec:
+        """A copy with `update` applied and the cached derived values dropped. pydantic's
+        model_copy copies the instance dict, cached properties included: a copy with another
+        fallback list kept the original's `placement_shape`, so a memo keyed by the shape
+        answered for the original (the `placement_shape` of preferred_only's copy did)."""
+        copy = self.model_copy(update=update)
+        for name in _CACHED_ON_TASK:
+            vars(copy).pop(name, None)
         return copy
 
     @cached_property

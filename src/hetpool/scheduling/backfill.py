@@ -201,7 +201,7 @@ class PreferredWait:
 
 def preferred_only(spec: TaskSpec) -> TaskSpec:
     """The task restricted to its preferred (first) candidate: what a waiting task waits for."""
-    return spec.model_copy(update={"fallback": spec.fallback[:1], "any_of": []})
+    return spec.copy_with(fallback=spec.fallback[:1], any_of=[])
 
 
 def prefer_waiting(
