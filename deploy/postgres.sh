@@ -18,6 +18,7 @@ PORT="${HETPOOL_PG_PORT:-55432}"
 BASE="${HETPOOL_PG_DIR:-/tmp/hetpool-pg-$PORT}"
 DB="${HETPOOL_PG_DB:-hetpool}"
 PWFILE="$BASE/password"
+START_WAIT_S="${HETPOOL_PG_START_WAIT_S:-300}"
 
 find_bin() {
   # Debian keeps the server binaries (initdb, pg_ctl, psql, createdb together) here.
@@ -68,6 +69,16 @@ write_hba() {
   mv "$hba.tmp" "$hba"
 }
 
+wait_ready() {
+  # A started server accepting connections within START_WAIT_S (its recovery may be long).
+  local bin=$1 waited=0
+  until as_postgres "$bin/pg_isready" -q -h 127.0.0.1 -p "$PORT"; do
+    [ "$waited" -ge "$START_WAIT_S" ] && return 1
+    sleep 1
+    waited=$((waited + 1))
+  done
+}
+
 psql_tcp() {
   # The password goes in by environment (never on a command line, where ps shows it).
   local bin=$1; shift
@@ -96,11 +107,18 @@ start() {
   [ "${HETPOOL_PG_DURABLE:-0}" = 1 ] && durability="-c fsync=on -c synchronous_commit=on -c full_page_writes=on"
   if ! as_postgres "$bin/pg_ctl" -D "$BASE/data" status >/dev/null 2>&1; then
     # After a kill -9 the old backends may still hold the shared memory for a moment: retry.
+    # After a crash or an immediate stop the server first replays its WAL, which after a
+    # whole test suite took ~60 s (pg_ctl's default wait): allow START_WAIT_S, and a server
+    # that is already up but still recovering is waited for, not started a second time
+    # (that only fails on its lock file).
     local try
     for try in $(seq 1 20); do
-      as_postgres "$bin/pg_ctl" -D "$BASE/data" -w -l "$BASE/server.log" \
+      as_postgres "$bin/pg_ctl" -D "$BASE/data" -w -t "$START_WAIT_S" -l "$BASE/server.log" \
         -o "-k $BASE -h 127.0.0.1 -p $PORT $durability -c max_connections=200 -c password_encryption=scram-sha-256" \
         start >&2 && break
+      if as_postgres "$bin/pg_ctl" -D "$BASE/data" status >/dev/null 2>&1 && wait_ready "$bin"; then
+        break
+      fi
       [ "$try" = 20 ] && { tail -n 30 "$BASE/server.log" >&2; exit 1; }
       sleep 1
     done
@@ -122,7 +140,10 @@ start() {
 stop() {
   local bin; bin=$(find_bin) || exit 0
   if [ -f "$BASE/data/postmaster.pid" ]; then
-    as_postgres "$bin/pg_ctl" -D "$BASE/data" -m immediate stop >&2 || true
+    # A fast (clean) shutdown writes a checkpoint, so the next start has no WAL to replay;
+    # immediate only if that does not finish in a minute.
+    as_postgres "$bin/pg_ctl" -D "$BASE/data" -m fast -t 60 stop >&2 \
+      || as_postgres "$bin/pg_ctl" -D "$BASE/data" -m immediate stop >&2 || true
   fi
 }
 
