@@ -69,10 +69,20 @@ write_hba() {
   mv "$hba.tmp" "$hba"
 }
 
+postmaster_alive() {
+  # The postmaster of postmaster.pid runs (a zombie does not: where nothing reaps a killed
+  # postmaster, pg_ctl status still calls it running, and its lock file blocks a new one).
+  local pid state
+  pid=$(head -n 1 "$BASE/data/postmaster.pid" 2>/dev/null) || return 1
+  state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) || return 1
+  [ -n "$state" ] && [ "$state" != Z ]
+}
+
 wait_ready() {
   # A started server accepting connections within START_WAIT_S (its recovery may be long).
   local bin=$1 waited=0
   until as_postgres "$bin/pg_isready" -q -h 127.0.0.1 -p "$PORT"; do
+    postmaster_alive || return 1
     [ "$waited" -ge "$START_WAIT_S" ] && return 1
     sleep 1
     waited=$((waited + 1))
@@ -116,8 +126,10 @@ start() {
       as_postgres "$bin/pg_ctl" -D "$BASE/data" -w -t "$START_WAIT_S" -l "$BASE/server.log" \
         -o "-k $BASE -h 127.0.0.1 -p $PORT $durability -c max_connections=200 -c password_encryption=scram-sha-256" \
         start >&2 && break
-      if as_postgres "$bin/pg_ctl" -D "$BASE/data" status >/dev/null 2>&1 && wait_ready "$bin"; then
-        break
+      if postmaster_alive; then
+        wait_ready "$bin" && break
+        tail -n 30 "$BASE/server.log" >&2
+        exit 1
       fi
       [ "$try" = 20 ] && { tail -n 30 "$BASE/server.log" >&2; exit 1; }
       sleep 1
