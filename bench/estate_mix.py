@@ -203,7 +203,13 @@ def _npu(rng: random.Random) -> dict:
 
 def honest_workload(n_tasks: int, rng: random.Random, start: int = 0, t0: datetime = T0) -> list[QueuedTask]:
     """The default mix: many shapes, topology, slices, several queues, quotas (see module doc)."""
-    tasks = []
+    docs = honest_documents(n_tasks, rng, start)
+    return [QueuedTask(doc["name"], TaskSpec.model_validate(doc), t0 + timedelta(milliseconds=i)) for i, doc in enumerate(docs, start)]
+
+
+def honest_documents(n_tasks: int, rng: random.Random, start: int = 0) -> list[dict]:
+    """The default mix as task documents (what a user submits), named t<start>… ."""
+    docs = []
     for i in range(start, start + n_tasks):
         r = rng.random()
         if r < 0.42:
@@ -217,8 +223,8 @@ def honest_workload(n_tasks: int, rng: random.Random, start: int = 0, t0: dateti
         else:
             doc = {"type": "preprocessing", "per_worker": {**_sized(rng, CPUS)}, "runtime_estimate": "30m"}
         doc.update(name=f"t{i}", tenant=tenant_of(i), priority=rng.choice(PRIORITIES))
-        tasks.append(QueuedTask(f"t{i}", TaskSpec.model_validate(doc), t0 + timedelta(milliseconds=i)))
-    return tasks
+        docs.append(doc)
+    return docs
 
 
 def honest_queues() -> list[QueueSpec]:

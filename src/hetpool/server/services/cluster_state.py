@@ -30,15 +30,14 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from hetpool.core.inventory import TaskType
-from hetpool.core.states import ACTIVE_STATES
 from hetpool.core.tasks import TaskSpec
 from hetpool.scheduling.snapshot import Allocation, Snapshot, build_snapshot
-from hetpool.server.db.models import PlacementRow, TaskRow
 from hetpool.server.db.models_revision import InventoryRevisionRow
+from hetpool.server.services.active_work import ActiveTask, active_work
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.inventory import Inventory, load_inventory
 from hetpool.server.services.nodes import engine_busy, health_view
-from hetpool.server.services.sched_state import allocation_of, apply_measured
+from hetpool.server.services.sched_state import apply_measured
 
 T = TypeVar("T")
 MAX_VERDICTS = 4096  # per-shape admission verdicts kept (a sweep submits a handful of shapes)
@@ -186,21 +185,17 @@ def record_measured(ctx: ServiceContext, measured: Measured) -> None:
         state.measured, state.measured_key = measured, key
 
 
-def active_placements(session: Session) -> dict[tuple[str, int, int], Allocation]:
+def active_placements(active: list[ActiveTask]) -> dict[tuple[str, int, int], Allocation]:
     """What admitted, dispatched and running work holds: (task, attempt, rank) → allocation."""
-    rows = session.execute(
-        select(PlacementRow)
-        .join(TaskRow, (PlacementRow.task_id == TaskRow.id) & (PlacementRow.attempt == TaskRow.attempt))
-        .where(TaskRow.state.in_([s.value for s in ACTIVE_STATES]))
-    ).scalars()
-    return {(p.task_id, p.attempt, p.rank): allocation_of(p) for p in rows}
+    return {(task.id, task.attempt, h.rank): h.allocation for task in active for h in task.fixed.held}
 
 
-def live_snapshot(ctx: ServiceContext, session: Session) -> Snapshot:
-    """The estate as of this transaction: a private copy, free to change."""
+def live_snapshot(ctx: ServiceContext, session: Session, active: list[ActiveTask] | None = None) -> Snapshot:
+    """The estate as of this transaction: a private copy, free to change. `active`: the
+    active tasks as the caller read them in this transaction (else read here)."""
     state = cluster_state(ctx)
     inv, revision = inventory_at(ctx, session)
-    active = active_placements(session)
+    active = active_placements(active_work(ctx).read(session) if active is None else active)
     offline, broken, engine_used = health_view(session)  # offline nodes and abnormal devices never take work
     external = engine_busy(engine_used, active.values(), inv.pools)
     with state.lock:

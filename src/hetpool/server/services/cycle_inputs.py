@@ -22,6 +22,7 @@ from hetpool.scheduling.estimate import with_progress
 from hetpool.scheduling.running import RunningTask
 from hetpool.scheduling.snapshot import Snapshot
 from hetpool.server.db.models import TaskRow
+from hetpool.server.services.active_work import active_work
 from hetpool.server.services.cluster_state import inventory_at, live_snapshot, record_measured
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.inventory import Inventory
@@ -117,7 +118,8 @@ def load_cycle(ctx: ServiceContext, session: Session, rows: list[TaskRow], now: 
     inv = apply_measured(inv, measured)
     inventory_key = (revision, repr(sorted((m, sorted(f.items())) for m, f in measured.items())))
     learned = learned_runtimes(session, inv)
-    running = running_tasks(session, inv, learned, now)
+    active = active_work(ctx).read(session)
+    running = running_tasks(session, inv, learned, now, active)
     queue, invalid = [], []
     for row in rows:
         try:
@@ -140,7 +142,7 @@ def load_cycle(ctx: ServiceContext, session: Session, rows: list[TaskRow], now: 
         except Exception as exc:
             invalid.append((row.id, set_aside_message(f"{type(exc).__name__}: {exc}")))
     book = quota_book(inv, running) if inv.quotas else None
-    return CycleLoad(inv, live_snapshot(ctx, session), queue, invalid, running, learned, book)
+    return CycleLoad(inv, live_snapshot(ctx, session, active), queue, invalid, running, learned, book)
 
 
 def run_with_planned_task(ctx: ServiceContext, load: CycleLoad, spec: TaskSpec, now: datetime) -> Decision:

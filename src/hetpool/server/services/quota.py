@@ -21,6 +21,7 @@ from hetpool.scheduling.quota_fit import never_within_quota
 from hetpool.scheduling.quota_view import QuotaCeiling
 from hetpool.scheduling.running import RunningTask
 from hetpool.scheduling.snapshot import Snapshot
+from hetpool.server.services.active_work import active_work
 from hetpool.server.services.cluster_state import live_snapshot
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.inventory import Inventory
@@ -39,7 +40,7 @@ def quota_book(inv: Inventory, running: list[RunningTask]) -> QuotaBook:
 
 def _book_now(ctx: ServiceContext, session: Session, inv: Inventory) -> QuotaBook:
     now = ctx.clock.now()
-    return quota_book(inv, running_tasks(session, inv, learned_runtimes(session, inv), now))
+    return quota_book(inv, running_tasks(session, inv, learned_runtimes(session, inv), now, active_work(ctx).read(session)))
 
 
 def over_quota(ctx: ServiceContext, session: Session, inv: Inventory, spec: TaskSpec) -> str | None:

@@ -10,14 +10,14 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from hetpool.core.inventory import TaskType
-from hetpool.core.specs import parse_spec
-from hetpool.core.states import ACTIVE_STATES, TaskState
+from hetpool.core.states import TaskState
 from hetpool.core.tasks import Priority, TaskSpec
 from hetpool.scheduling.estimate import runtime_on, with_progress
 from hetpool.scheduling.forecast import end_after
 from hetpool.scheduling.running import BASIS_ESTIMATE, BASIS_HISTORY, RunningTask, revise_overruns
 from hetpool.scheduling.snapshot import Allocation
 from hetpool.server.db.models import PlacementRow, TaskRow
+from hetpool.server.services.active_work import ActiveTask, read_uncached
 from hetpool.server.services.inventory import Inventory
 
 HISTORY_SAMPLES = 20
@@ -60,41 +60,38 @@ def with_runtime(spec: TaskSpec, learned: dict[str, float]) -> TaskSpec:
     return spec
 
 
-def running_tasks(session: Session, inv: Inventory, learned: dict[str, float], now: datetime) -> list[RunningTask]:
+def running_tasks(
+    session: Session, inv: Inventory, learned: dict[str, float], now: datetime, active: list[ActiveTask] | None = None
+) -> list[RunningTask]:
     """Admitted, dispatched and running work with its allocations and expected end; an
-    end that has passed while the task still runs is revised (see _expected_end)."""
+    end that has passed while the task still runs is revised (see _expected_end).
+    `active`: the active tasks as the caller read them (active_work's cache); else read here."""
     max_preemptions = inv.policy.max_preemptions
-    rows = session.execute(select(TaskRow).where(TaskRow.state.in_([s.value for s in ACTIVE_STATES]))).scalars().all()
-    if not rows:
-        return []
-    placements: dict[str, list[PlacementRow]] = {}
-    for p in session.execute(
-        select(PlacementRow)
-        .join(TaskRow, (PlacementRow.task_id == TaskRow.id) & (PlacementRow.attempt == TaskRow.attempt))
-        .where(TaskRow.state.in_([s.value for s in ACTIVE_STATES]))
-    ).scalars():
-        placements.setdefault(p.task_id, []).append(p)
     out = []
-    for row in rows:
-        mine = placements.get(row.id, [])
-        started = row.started_at or row.admitted_at or now
-        try:
-            spec = with_progress(with_runtime(parse_spec(row.spec), learned), row.progress_s)
-        except Exception:  # stored before a limit existed, or written by hand: it still holds its devices
-            out.append(_holding_only(row, mine, started))
+    for task in read_uncached(session) if active is None else active:
+        held = task.fixed.held
+        started = task.started_at or task.admitted_at or now
+        allocations = tuple(h.allocation for h in held)
+        if task.fixed.spec is None:  # its spec no longer parses: it still holds its devices
+            out.append(_holding_only(task, allocations, started))
             continue
-        expected_end, basis, revised_from = _expected_end(inv, spec, row.template, mine, started, learned, now)
+        try:
+            spec = with_progress(with_runtime(task.fixed.spec, learned), task.progress_s)
+        except Exception:  # a learned runtime or progress the spec cannot take: it still holds its devices
+            out.append(_holding_only(task, allocations, started))
+            continue
+        expected_end, basis, revised_from = _expected_end(inv, spec, task.template, [h.model for h in held], started, learned, now)
         out.append(
             RunningTask(
-                id=row.id,
-                tenant=row.tenant,
-                priority_rank=Priority(row.priority).rank,
+                id=task.id,
+                tenant=task.tenant,
+                priority_rank=Priority(task.priority).rank,
                 task_type=spec.task_type,
-                allocations=tuple(allocation_of(p) for p in mine),
+                allocations=allocations,
                 started_at=started,
                 expected_end=expected_end,
-                preemptible=spec.preemptible and row.preempt_reason is None and row.preemptions < max_preemptions,
-                being_preempted=row.preempt_reason is not None,
+                preemptible=spec.preemptible and task.preempt_reason is None and task.preemptions < max_preemptions,
+                being_preempted=task.preempt_reason is not None,
                 env=spec.env.value,
                 estimate_basis=basis,
                 revised_from=revised_from,
@@ -103,17 +100,17 @@ def running_tasks(session: Session, inv: Inventory, learned: dict[str, float], n
     return revise_overruns(out, now)
 
 
-def _expected_end(inv: Inventory, spec: TaskSpec, template, mine: list[PlacementRow], started: datetime, learned: dict[str, float], now: datetime):
+def _expected_end(inv: Inventory, spec: TaskSpec, template, models: list[str], started: datetime, learned: dict[str, float], now: datetime):
     """(expected end, how it was arrived at, the estimate's end if that was revised).
 
     The task's runtime estimate on its slowest device gives the end. Once that end has
     passed, its template's history (the median of recent successful runs, `learned`) is
     the better guess if it says the task runs longer; once that has passed too, the core's
     overrun rule applies from there (running.revise_overruns, in running_tasks)."""
-    if spec.runtime_estimate_s is None or not mine:
+    if spec.runtime_estimate_s is None or not models:
         return None, BASIS_ESTIMATE, None
     # The slowest worker's device decides when a gang ends; as the cycle reckons it (runtime_on).
-    seconds = max(runtime_on(spec, inv.catalog.get(p.model) if p.model in inv.catalog else None) for p in mine)
+    seconds = max(runtime_on(spec, inv.catalog.get(m) if m in inv.catalog else None) for m in set(models))
     estimated = end_after(started, seconds)  # None: past any date
     if estimated is not None and estimated <= now and template in learned and spec.runtime_estimate_s > 0:
         from_history = end_after(started, learned[template] * seconds / spec.runtime_estimate_s)
@@ -122,18 +119,12 @@ def _expected_end(inv: Inventory, spec: TaskSpec, template, mine: list[Placement
     return estimated, BASIS_ESTIMATE, None
 
 
-def _holding_only(row: TaskRow, mine: list[PlacementRow], started: datetime) -> RunningTask:
+def _holding_only(task: ActiveTask, allocations: tuple[Allocation, ...], started: datetime) -> RunningTask:
     """Work whose spec cannot be read: it holds its placement, with no known end, and is
     not evicted on the strength of a spec nobody can read."""
-    rank = Priority(row.priority).rank if row.priority in Priority.__members__.values() else Priority.NORMAL.rank
-    task_type = TaskType(row.task_type) if row.task_type in TaskType.__members__.values() else TaskType.GENERAL
-    allocations = tuple(allocation_of(p) for p in mine)
-    return RunningTask(row.id, row.tenant, rank, task_type, allocations, started, None, False, row.preempt_reason is not None, row.env)
-
-
-def allocation_of(p: PlacementRow) -> Allocation:
-    """What a placement row holds, as the snapshot takes it."""
-    return Allocation(p.node, p.pool, tuple(p.device_indices), p.device_fraction, p.cpu, p.memory_gb)
+    rank = Priority(task.priority).rank if task.priority in Priority.__members__.values() else Priority.NORMAL.rank
+    task_type = TaskType(task.task_type) if task.task_type in TaskType.__members__.values() else TaskType.GENERAL
+    return RunningTask(task.id, task.tenant, rank, task_type, allocations, started, None, False, task.preempt_reason is not None, task.env)
 
 
 MIN_MODEL_SAMPLES = 3
