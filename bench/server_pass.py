@@ -33,6 +33,8 @@ import resource
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -67,15 +69,13 @@ DEFAULT_OUT = Path(__file__).parent / "results" / "server_pass.json"
 
 
 class PhaseClock:
-    """Time spent in `load_cycle` and `run_cycle` during one pass (wrapped in the scheduler module)."""
+    """Time spent in `load_cycle` and `run_cycle` during one pass: both are wrapped in the
+    scheduler module while the benchmark runs (`instrumented`), and restored after."""
 
     def __init__(self) -> None:
         self.load_s = self.core_s = 0.0
-        self._load, self._core = scheduler.load_cycle, scheduler.run_cycle
-        scheduler.load_cycle = self._timed(self._load, "load_s")
-        scheduler.run_cycle = self._timed(self._core, "core_s")
 
-    def _timed(self, fn, slot: str):
+    def timed(self, fn, slot: str):
         def wrapped(*args, **kwargs):
             start = time.perf_counter()
             try:
@@ -89,11 +89,20 @@ class PhaseClock:
         self.load_s = self.core_s = 0.0
 
 
-def deterministic_task_ids(seed: int) -> None:
-    """Task ids from a seeded sequence instead of random ones: ties in the queue's order
-    are broken by id, so two runs (old code and new, side by side) see the same order."""
-    counter = iter(range(10**9))
+@contextmanager
+def instrumented(seed: int) -> Iterator[PhaseClock]:
+    """The scheduler's phases timed, and task ids from a seeded sequence instead of random
+    ones: ties in the queue's order are broken by id, so two runs (old code and new, side
+    by side) make the same decisions. Both undone on exit."""
+    phases, counter = PhaseClock(), iter(range(10**9))
+    saved = scheduler.load_cycle, scheduler.run_cycle, tasks_service.new_task_id
+    scheduler.load_cycle = phases.timed(saved[0], "load_s")
+    scheduler.run_cycle = phases.timed(saved[1], "core_s")
     tasks_service.new_task_id = lambda: f"t-{seed:02d}{next(counter):08d}"
+    try:
+        yield phases
+    finally:
+        scheduler.load_cycle, scheduler.run_cycle, tasks_service.new_task_id = saved
 
 
 def make_context(root: Path, database_url: str | None) -> ServiceContext:
@@ -295,19 +304,17 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("-o", "--output", choices=["json", "text"], default="text")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
-    with tuned_gc(), tempfile.TemporaryDirectory(prefix="hetpool-server-pass-") as root:
-        report = run(args, Path(root))
+    with tuned_gc(), instrumented(args.seed) as phases, tempfile.TemporaryDirectory(prefix="hetpool-server-pass-") as root:
+        report = run(args, Path(root), phases)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2) if args.output == "json" else "\n".join(f"{k}: {v}" for k, v in report.items()))
     return report
 
 
-def run(args, root: Path) -> dict:
+def run(args, root: Path, phases: PhaseClock) -> dict:
     rng = random.Random(args.seed)
-    deterministic_task_ids(args.seed)
     ctx = make_context(root, args.database_url)
-    phases = PhaseClock()
     setup = time.perf_counter()
     accelerators = apply_estate(ctx, args.nodes)
     estate = Estate(ctx, rng)
