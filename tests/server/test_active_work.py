@@ -16,7 +16,7 @@ from hetpool.core.specs import parse_spec
 from hetpool.core.states import ACTIVE_STATES, TaskState
 from hetpool.server.db.models import PlacementRow, TaskRow
 from hetpool.server.services import task_lifecycle
-from hetpool.server.services.active_work import active_work, read_uncached
+from hetpool.server.services.active_work import ActiveWork, active_work, read_uncached
 from hetpool.server.services.context import ServiceContext
 from hetpool.server.services.cycle_inputs import load_cycle
 from hetpool.server.services.inventory import load_inventory
@@ -148,3 +148,33 @@ def test_a_pass_reads_each_attempt_once(ctx: ServiceContext, demo: TestClient) -
         # A later pass, plan and the quota book read the same attempts: nothing fetched again.
         load_cycle(ctx, session, queue_cache(ctx).refresh(session), ctx.clock.now())
         assert cache.fetched == len(active)
+
+
+def test_the_cycle_sees_running_work_in_one_order_whatever_order_the_database_returns(
+    ctx: ServiceContext, demo: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL returns rows in storage order, which moves as rows are updated; the
+    cycle breaks ties by the running work's order (forecast, victims), so that order is
+    fixed by the loader: start, then id."""
+    rng = random.Random(7)
+    for n in range(8):
+        assert demo.post("/api/v1/tasks", json={**example_task(rng.choice(TEMPLATES)), "name": f"o{n}"}).status_code == 201
+    schedule_once(ctx)
+    with ctx.db.transaction() as session:  # what the scheduler left waiting is admitted by hand, a few seconds apart
+        for row in session.execute(select(TaskRow).where(TaskRow.state == TaskState.QUEUED.value).order_by(TaskRow.id)).scalars().all()[:4]:
+            ctx.clock.advance(5)
+            _admit_somewhere(ctx, session, rng, row)
+    cache = active_work(ctx)
+
+    def load(reverse: bool):
+        read = ActiveWork.read
+        monkeypatch.setattr(ActiveWork, "read", lambda self, session: list(reversed(read(self, session))) if reverse else read(self, session))
+        with ctx.db.transaction() as session:
+            loaded = load_cycle(ctx, session, queue_cache(ctx).refresh(session), ctx.clock.now())
+        monkeypatch.setattr(ActiveWork, "read", read)
+        return loaded
+
+    as_stored, reversed_ = load(False), load(True)
+    assert len(as_stored.running) >= 3 and cache.fetched > 0
+    assert [r.id for r in reversed_.running] == [r.id for r in as_stored.running]
+    assert [(r.started_at, r.id) for r in as_stored.running] == sorted((r.started_at, r.id) for r in as_stored.running)

@@ -97,6 +97,10 @@ def running_tasks(
                 revised_from=revised_from,
             )
         )
+    # In start order, then id: the database returns rows in whatever order it stores them
+    # (PostgreSQL moves a row each time it is updated), and ties the cycle breaks by list
+    # order (forecast, victims) must not depend on that.
+    out.sort(key=lambda r: (r.started_at, r.id))
     return revise_overruns(out, now)
 
 
