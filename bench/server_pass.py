@@ -172,7 +172,8 @@ class Estate:
         would have it); its true end is its estimate × U(0.3, 1.1) from its start."""
         ctx, now = self.ctx, self.ctx.clock.now()
         with ctx.db.transaction() as session:
-            rows = session.execute(select(TaskRow).where(TaskRow.state == TaskState.ADMITTED.value)).scalars().all()
+            # By id: the random start times must not follow the database's row order.
+            rows = session.execute(select(TaskRow).where(TaskRow.state == TaskState.ADMITTED.value).order_by(TaskRow.id)).scalars().all()
             for row in rows:
                 started = now - timedelta(seconds=self.rng.uniform(0, started_back_s))
                 task_lifecycle.transition(ctx, session, row, TaskState.DISPATCHED, actor=ACTOR, job_id=f"job-{row.id}")
@@ -184,7 +185,7 @@ class Estate:
 
     def finish_due(self) -> int:
         ctx, now = self.ctx, self.ctx.clock.now()
-        due = [task_id for task_id, end in self.ends.items() if end <= now]
+        due = sorted(task_id for task_id, end in self.ends.items() if end <= now)
         with ctx.db.transaction() as session:
             for task_id in due:
                 row = task_lifecycle.get_row(session, task_id)
@@ -197,7 +198,8 @@ class Estate:
         """Work the scheduler asked to stop: the reconciler would stop and requeue it."""
         ctx = self.ctx
         with ctx.db.transaction() as session:
-            rows = session.execute(select(TaskRow).where(TaskRow.preempt_reason.is_not(None), TaskRow.state == TaskState.RUNNING.value)).scalars()
+            marked = select(TaskRow).where(TaskRow.preempt_reason.is_not(None), TaskRow.state == TaskState.RUNNING.value)
+            rows = session.execute(marked.order_by(TaskRow.id)).scalars()
             for row in rows:
                 task_lifecycle.transition(ctx, session, row, TaskState.PREEMPTED, actor=ACTOR)
                 task_lifecycle.transition(ctx, session, row, TaskState.QUEUED, actor=ACTOR, preempt_reason=None, started_at=None)
