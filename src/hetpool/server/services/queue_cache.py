@@ -35,20 +35,21 @@ from hetpool.server.db.models import TaskRow
 from hetpool.server.services.context import ServiceContext
 
 _FETCH_CHUNK = 500  # ids per IN (...) when reading changed rows in full
+_TASK = TaskRow.__table__.c  # table columns: SQLAlchemy's Core path, no ORM row processing (same types)
 _COLUMNS = (
-    TaskRow.id,
-    TaskRow.name,
-    TaskRow.tenant,
-    TaskRow.task_type,
-    TaskRow.priority,
-    TaskRow.priority_rank,
-    TaskRow.updated_at,
-    TaskRow.attempt,
-    TaskRow.queued_at,
-    TaskRow.created_at,
-    TaskRow.spec,
-    TaskRow.pending_explanation,
-    TaskRow.progress_s,
+    _TASK.id,
+    _TASK.name,
+    _TASK.tenant,
+    _TASK.task_type,
+    _TASK.priority,
+    _TASK.priority_rank,
+    _TASK.updated_at,
+    _TASK.attempt,
+    _TASK.queued_at,
+    _TASK.created_at,
+    _TASK.spec,
+    _TASK.pending_explanation,
+    _TASK.progress_s,
 )
 
 
@@ -90,8 +91,8 @@ class QueueCache:
         # The attempt too: a clock that did not move (tests' FixedClock) still tells a
         # task that was admitted and requeued since from one that waited all along.
         # updated_at as the driver returns it (no conversion to aware UTC): only compared.
-        raw_updated = type_coerce(TaskRow.updated_at, NullType())
-        scan = session.execute(select(TaskRow.id, raw_updated, TaskRow.attempt).where(TaskRow.state == TaskState.QUEUED.value)).all()
+        raw_updated = type_coerce(_TASK.updated_at, NullType())
+        scan = session.execute(select(_TASK.id, raw_updated, _TASK.attempt).where(_TASK.state == TaskState.QUEUED.value)).all()
         with self.lock:
             kept = self.entries if term is None or term == self.term else {}
         versions = {task_id: (updated, attempt) for task_id, updated, attempt in scan}
@@ -99,7 +100,7 @@ class QueueCache:
         fresh = {}
         for start in range(0, len(stale), _FETCH_CHUNK):
             part = stale[start : start + _FETCH_CHUNK]
-            rows = session.execute(select(*_COLUMNS).where(TaskRow.id.in_(part), TaskRow.state == TaskState.QUEUED.value))
+            rows = session.execute(select(*_COLUMNS).where(_TASK.id.in_(part), _TASK.state == TaskState.QUEUED.value))
             for r in rows:
                 fresh[r.id] = QueuedTask(*r)
                 fresh[r.id].version = versions[r.id]
