@@ -25,6 +25,7 @@ import json
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 
 from sqlalchemy import select, type_coerce
 from sqlalchemy.orm import Session
@@ -71,11 +72,14 @@ class QueuedTask:
     spec: dict
     pending_explanation: dict | None
     progress_s: float  # work done by earlier attempts that checkpointed (services/checkpoints.py)
-    shape: str = field(init=False)  # the spec but its name: tasks of one shape have the same candidate pools
     version: tuple = ()  # (updated_at as scanned, attempt): a row whose version moved is read again
 
-    def __post_init__(self) -> None:
-        self.shape = json.dumps({k: v for k, v in self.spec.items() if k not in ("kind", "name")}, sort_keys=True, default=str)
+    @cached_property
+    def shape(self) -> str:
+        """The spec but its name: tasks of one shape have the same candidate pools. Only
+        the workload overview asks; computed on first use (a restarted scheduler reads
+        tens of thousands of rows and needs none of these)."""
+        return json.dumps({k: v for k, v in self.spec.items() if k not in ("kind", "name")}, sort_keys=True, default=str)
 
 
 @dataclass
