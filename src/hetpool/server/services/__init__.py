@@ -13,8 +13,9 @@ both rules against this list.
   lifecycle    task_lifecycle (the task state machine: transition, cancel, preempt), reclaim
   inventory    agent_nodes, inventory, users, cost, capacity_whatif, auto_pools,
                nodes (agents, liveness, device health), connector_sync
-  placement    task_planning (spec resolution, placement, engine fit), sched_state
-               (running work, learned runtimes), cluster_state (the one per-process
+  placement    task_planning (spec resolution, placement, engine fit), active_work
+               (the running tasks, their specs and placements read once per attempt),
+               sched_state (running work, learned runtimes), cluster_state (the one per-process
                cache: inventory, idle and live snapshots, admission verdicts), queue_cache
                (the queued tasks, re-read only where they moved), checkpoints (graceful
                stops, resumes, progress; migration rounds)
