@@ -154,11 +154,11 @@ def _tasks(api: httpx.Client, ids: list[str]) -> dict[str, dict]:
     return {i: api.get(f"/tasks/{i}").json() for i in ids}
 
 
-def _until(what: str, check: Callable[[], bool], timeout_s: float) -> None:
+def _until(what: str, check: Callable[[], bool], timeout_s: float, detail: Callable[[], str] | None = None) -> None:
     deadline = time.monotonic() + timeout_s
     while not check():
         if time.monotonic() > deadline:
-            raise AssertionError(f"not reached in {timeout_s:g} s: {what}")
+            raise AssertionError(f"not reached in {timeout_s:g} s: {what}" + (f"; {detail()}" if detail else ""))
         time.sleep(0.5)
 
 
@@ -187,9 +187,14 @@ def _slurm_jobs(names: list[str]) -> list[str]:
 def test_slurm_controller_stopped_and_restarted_mid_dispatch(server: Server) -> None:
     api = _api(server)
     _until("the Slurm pool imported", lambda: api.get("/objects/pools/hpc-nvidia-h100").status_code == 200, 30)
-    ids = [_submit(api, SLURM_TASK, f"fault-slurm-{i}") for i in range(4)]
+    # Two tasks before the controller stops (their sbatch may be in flight as it dies) and
+    # two after (they cannot have reached sbatch, whatever the machine's speed: with all four
+    # submitted first, a fast dispatcher could send them all before the stop and leave
+    # nothing to wait).
+    ids = [_submit(api, SLURM_TASK, f"fault-slurm-{i}") for i in range(2)]
     try:
         assert _slurm_sh("stop-controller").returncode == 0
+        ids += [_submit(api, SLURM_TASK, f"fault-slurm-{i}") for i in range(2, 4)]
 
         # Dispatch goes on meanwhile: what had not reached sbatch waits with the reason. The
         # dispatcher records each task's try on its own, so wait until every admitted task
@@ -198,7 +203,10 @@ def test_slurm_controller_stopped_and_restarted_mid_dispatch(server: Server) -> 
             admitted = [t for t in _tasks(api, ids).values() if t["state"] == "admitted"]
             return bool(admitted) and all("waiting for the slurm backend" in t["message"] for t in admitted)
 
-        _until("the admitted tasks waiting for Slurm", every_admitted_waiting, 120)  # sbatch may take its 15 s timeout per task
+        def states() -> str:
+            return str({i: (t["state"], t["message"][:120]) for i, t in _tasks(api, ids).items()})
+
+        _until("the admitted tasks waiting for Slurm", every_admitted_waiting, 120, states)  # sbatch may take its 15 s timeout per task
         waiting = [t for t in _tasks(api, ids).values() if t["state"] == "admitted"]
         assert waiting and all("transient error" in t["message"] for t in waiting), [t["message"] for t in waiting]
     finally:
