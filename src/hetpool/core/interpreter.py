@@ -53,6 +53,32 @@ def tuned_gc() -> Iterator[None]:
         gc.set_threshold(*before)
 
 
+@contextmanager
+def collections_deferred() -> Iterator[None]:
+    """No automatic collection inside the block; one young collection when it ends.
+
+    A scheduling cycle allocates millions of short-lived objects (rows, candidate
+    placements, explanations) and frees nearly all of them by reference counting. Each
+    automatic young collection in it walks 50,000 objects that are about to die anyway:
+    measured on busy steady cycles at 2,000 nodes, 11 young collections per 10 cycles, ~55
+    ms a cycle. Deferred, the one collection at the end walks only what survived, and
+    stays inside the cycle's own time (the benchmarks report it). Nothing is lost: a
+    reference cycle made in the block is collected by that collection or a later one.
+
+    Process-wide (the collector has no per-thread switch): an API thread allocating
+    during the block is not collected either, for the length of one cycle. Nesting and
+    concurrent use are safe: only the block that found the collector on turns it back on,
+    and a process that turned it off itself keeps it off."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
+            gc.collect(0)
+
+
 def tune_for_server() -> None:
     tune_gc()
     sys.setswitchinterval(SWITCH_INTERVAL_S)

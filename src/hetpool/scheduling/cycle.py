@@ -34,6 +34,7 @@ from datetime import datetime
 
 import numpy as np
 
+from hetpool.core.interpreter import collections_deferred
 from hetpool.core.inventory import DeviceModelSpec
 from hetpool.core.policy import QueueSpec, SchedulingPolicySpec
 from hetpool.core.tasks import TaskSpec
@@ -136,6 +137,14 @@ def run_cycle(snapshot: Snapshot, queue: list[QueuedTask], compat_check: CompatC
     into a failure with that reason. An error that no single task can be blamed for
     propagates. Nothing is paid when no task raises."""
     started = time.perf_counter()
+    with collections_deferred():
+        result = _run_guarded(snapshot, queue, compat_check, now, options)
+    result.duration_s = time.perf_counter() - started
+    return result
+
+
+def _run_guarded(snapshot: Snapshot, queue: list[QueuedTask], compat_check: CompatCheck, now: datetime, options: dict) -> CycleResult:
+    """The cycle re-run without each task whose evaluation raised (see run_cycle)."""
     quota: QuotaLedger | None = options.get("quota")
     saved = quota.saved() if quota else None
     aside: dict[str, str] = {}
@@ -154,7 +163,6 @@ def run_cycle(snapshot: Snapshot, queue: list[QueuedTask], compat_check: CompatC
     for task_id, error in aside.items():
         info = Explanation(Reason.SET_ASIDE, False, {REASON_SET_ASIDE: 1}, [], {"error": error})
         result.decisions.append(Decision(task_id, False, NO_PLACEMENT, info, set_aside=error))
-    result.duration_s = time.perf_counter() - started
     return result
 
 
