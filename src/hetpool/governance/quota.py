@@ -70,6 +70,7 @@ class QuotaBook:
         # (tenant, env, type, held) → charges: a book is charged with every running task each
         # pass, and tasks of one team and shape hold alike (13,000 running: 0.3 s → 0.1 s).
         self._amounts_memo: dict[tuple, dict[tuple[str, str], float]] = {}
+        self._running_memo = _RunningCharges.for_book(self.quotas, models, pool_models)
         self._limits = {(q.name, limit.resource): limit for q in self.quotas.values() for limit in reversed(q.limits)}  # the first wins
         for q in self.quotas.values():
             key = self._cohort_key(q)
@@ -234,7 +235,9 @@ class QuotaBook:
         `borrowing` is set when it takes any limit past nominal (or `exempt`: admitted over
         quota by approval)."""
         tenant, env, task_type = _facts(spec_or_facts)
-        amounts = self._amounts(tenant, env, task_type, held)
+        return self._charge_amounts(task_id, tenant, env, task_type, self._amounts(tenant, env, task_type, held), exempt)
+
+    def _charge_amounts(self, task_id: str, tenant: str, env: str, task_type: str, amounts: dict, exempt: bool = False) -> _Charged:
         record = _Charged(task_id, tenant, env, task_type, amounts, borrowing=exempt)
         for key, amount in amounts.items():
             after = self.used.get(key, 0.0) + amount
@@ -248,11 +251,15 @@ class QuotaBook:
         """Charge the work that holds capacity, in start order: whoever went past a nominal
         amount first is the one borrowing (and the first reclaimed). The live scheduler and
         the simulator both build their book this way, so they agree on who borrows."""
+        memo = self._running_memo
         for r in sorted(running, key=lambda r: (r.started_at, r.id)):
-            held = [
-                Held(a.pool, self.pool_models.get(a.pool, ""), len(a.device_indices) * a.device_fraction, a.cpu, a.memory_gb) for a in r.allocations
-            ]
-            self.charge(r.id, (r.tenant, r.env, r.task_type.value), held)
+            task_type = r.task_type.value
+            key = (id(r.allocations), r.tenant, r.env, task_type)
+            found = memo.amounts.get(key)
+            if found is None or found[0] is not r.allocations:
+                held = [Held(a.pool, self.pool_models.get(a.pool, ""), len(a.device_indices) * a.device_fraction, a.cpu, a.memory_gb) for a in r.allocations]
+                found = memo.keep(key, r.allocations, self._amounts(r.tenant, str(r.env), task_type, held))
+            self._charge_amounts(r.id, r.tenant, str(r.env), task_type, found[1])
 
     def release(self, task_id: str) -> None:
         record = self.charged.pop(task_id, None)
@@ -368,6 +375,46 @@ class QuotaBook:
         total_idle = sum(idles)
         share = idle if limit.lending_limit is None else min(idle, limit.lending_limit)
         return 0.0 if total_idle <= EPS else min(share, borrowed * share / total_idle)
+
+
+class _RunningCharges:
+    """What each running task charges, kept across books.
+
+    The server and the simulator build a fresh book every pass and charge it with all the
+    running work (13,000 tasks at 5,000 nodes), though a task's charges change only with
+    its placement or the quota configuration. Kept per placement — the allocations tuple,
+    by identity (the server's active-work cache and the simulator keep one per attempt;
+    held here, so its id is never reused while kept) — for one configuration: the quotas,
+    the device models and the pool → model map a book was built from (the first two by
+    identity, as the server keeps its inventory between passes). A book of another
+    configuration starts a new memo. Charging order and borrowing flags are the book's,
+    computed per pass as before: only the amounts are kept."""
+
+    MAX_ENTRIES = 200_000
+    _current: _RunningCharges | None = None
+
+    def __init__(self, config: tuple, refs: tuple) -> None:
+        self.config, self.refs = config, refs  # refs: the objects whose ids the config holds
+        self.amounts: dict[tuple, tuple] = {}
+
+    @classmethod
+    def for_book(cls, quotas: dict, models: dict, pool_models: dict) -> _RunningCharges:
+        config = (
+            tuple((name, id(q)) for name, q in quotas.items()),
+            tuple((name, id(m)) for name, m in models.items()),
+            tuple(sorted(pool_models.items())),
+        )
+        memo = cls._current
+        if memo is None or memo.config != config:
+            # Swapped, never changed in place: a book built before keeps the memo it has.
+            memo = cls._current = cls(config, (list(quotas.values()), list(models.values())))
+        return memo
+
+    def keep(self, key: tuple, allocations: tuple, amounts: dict) -> tuple:
+        if len(self.amounts) > self.MAX_ENTRIES:
+            self.amounts = {}  # bounded: placements long gone are forgotten with the rest
+        found = self.amounts[key] = (allocations, amounts)
+        return found
 
 
 def _facts(spec_or_facts) -> tuple[str, str, str]:

@@ -1,0 +1,90 @@
+"""Charging a fresh book with the running work each pass reuses what each placement charges
+(governance.quota._RunningCharges) while the configuration is the same: the books must
+agree with charges computed from scratch, whatever changes between passes."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from hetpool.catalog.devices import DeviceCatalog
+from hetpool.core.inventory import TaskType
+from hetpool.core.specs import parse_spec
+from hetpool.governance import quota as quota_module
+from hetpool.governance.quota import QuotaBook
+from hetpool.scheduling.running import RunningTask
+from hetpool.scheduling.snapshot import Allocation
+
+MODELS = {m.name: m for m in DeviceCatalog.builtin()}
+POOLS = {"a100": "nvidia-a100-80g", "910b": "ascend-910b3"}
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _quotas(nominal: float = 8) -> list:
+    """Other amounts charge alike; 4 also changes what is charged (no normalised limit)."""
+    limits = [{"resource": "gpu", "nominal": nominal}, {"resource": "npu", "nominal": nominal}]
+    if nominal != 4:
+        limits.append({"resource": "a100-equivalent", "nominal": 2 * nominal})
+    return [parse_spec({"kind": "Quota", "name": f"q-{team}", "tenant": f"org/{team}", "limits": limits}) for team in ("a", "b", "c")]
+
+
+def _task(rng: random.Random, i: int) -> RunningTask:
+    pool = rng.choice(list(POOLS))
+    allocations = tuple(Allocation(f"n{rng.randrange(9)}", pool, tuple(range(rng.randint(1, 4))), 1.0, 4, 16) for _ in range(rng.randint(1, 2)))
+    ttype = rng.choice([TaskType.TRAINING, TaskType.INFERENCE])
+    return RunningTask(f"t{i}", f"org/{rng.choice('abc')}", 1, ttype, allocations, T0 + timedelta(seconds=rng.randrange(3600)), None, env="dev")
+
+
+def _from_scratch(quotas, running) -> QuotaBook:
+    quota_module._RunningCharges._current = None  # nothing kept
+    book = QuotaBook(quotas, MODELS, POOLS)
+    book.charge_running(running)
+    quota_module._RunningCharges._current = None
+    return book
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_books_of_successive_passes_agree_with_books_charged_from_scratch(seed: int) -> None:
+    rng = random.Random(seed)
+    quotas = _quotas()
+    running = {f"t{i}": _task(rng, i) for i in range(40)}
+    next_id = 40
+    for _ in range(30):
+        event = rng.random()
+        if event < 0.3 and running:  # a task ends
+            running.pop(rng.choice(sorted(running)))
+        elif event < 0.6:  # one starts
+            running[f"t{next_id}"] = _task(rng, next_id)
+            next_id += 1
+        elif event < 0.8 and running:  # one is placed elsewhere (a new attempt, a new allocations tuple)
+            task_id = rng.choice(sorted(running))
+            running[task_id] = _task(rng, int(task_id[1:]))
+        else:  # the quotas are applied again with other amounts (new objects)
+            quotas = _quotas(rng.choice([4, 8, 16]))
+        book = QuotaBook(quotas, MODELS, POOLS)
+        book.charge_running(list(running.values()))
+        fresh = _from_scratch(quotas, list(running.values()))
+        assert book.used == pytest.approx(fresh.used)
+        assert {t: (c.amounts, c.borrowing) for t, c in book.charged.items()} == {t: (c.amounts, c.borrowing) for t, c in fresh.charged.items()}
+        # The next pass keeps what this one computed only under the same configuration.
+        book = QuotaBook(quotas, MODELS, POOLS)
+        book.charge_running(list(running.values()))
+
+
+def test_a_placement_is_charged_once_while_the_configuration_stays(monkeypatch) -> None:
+    rng = random.Random(5)
+    quotas = _quotas()
+    running = [_task(rng, i) for i in range(20)]
+    quota_module._RunningCharges._current = None
+    computed = []
+    original = QuotaBook._compute_amounts
+    monkeypatch.setattr(QuotaBook, "_compute_amounts", lambda self, *a: computed.append(a) or original(self, *a))
+    QuotaBook(quotas, MODELS, POOLS).charge_running(running)
+    first = len(computed)
+    assert first > 0
+    QuotaBook(quotas, MODELS, POOLS).charge_running(running)
+    assert len(computed) == first  # the second pass computed nothing
+    QuotaBook(_quotas(), MODELS, POOLS).charge_running(running)  # same amounts, but new quota objects
+    assert len(computed) > first
