@@ -257,7 +257,10 @@ class QuotaBook:
             key = (id(r.allocations), r.tenant, r.env, task_type)
             found = memo.amounts.get(key)
             if found is None or found[0] is not r.allocations:
-                held = [Held(a.pool, self.pool_models.get(a.pool, ""), len(a.device_indices) * a.device_fraction, a.cpu, a.memory_gb) for a in r.allocations]
+                held = [
+                    Held(a.pool, self.pool_models.get(a.pool, ""), len(a.device_indices) * a.device_fraction, a.cpu, a.memory_gb)
+                    for a in r.allocations
+                ]
                 found = memo.keep(key, r.allocations, self._amounts(r.tenant, str(r.env), task_type, held))
             self._charge_amounts(r.id, r.tenant, str(r.env), task_type, found[1])
 
