@@ -37,7 +37,7 @@ import numpy as np
 from hetpool.core.interpreter import collections_deferred
 from hetpool.core.inventory import DeviceModelSpec
 from hetpool.core.policy import QueueSpec, SchedulingPolicySpec
-from hetpool.core.tasks import TaskSpec
+from hetpool.core.tasks import Priority, TaskSpec
 from hetpool.scheduling.assign import Assignment, assign
 from hetpool.scheduling.backfill import PreferredWait, Reservation, prefer_waiting, preferred_only, reserve
 from hetpool.scheduling.claims import Claims
@@ -255,6 +255,8 @@ def open_cycle(cx: CycleInputs, queue: list[QueuedTask], queues: list[QueueSpec]
     routes: dict[tuple, QueueSpec] = {}  # the queue depends on these three fields alone (queueing.route)
     aging, rows = policy.aging_per_hour, []
     ranks = RankMemo(snapshot.rank_memo, now, aging)
+    base_rank = {p: p.rank for p in Priority}  # a dict lookup, not the enum's property, per task
+    append = rows.append
     for item in queue:
         spec = item.spec
         key = (spec.queue, spec.task_type, spec.template)
@@ -262,9 +264,9 @@ def open_cycle(cx: CycleInputs, queue: list[QueuedTask], queues: list[QueueSpec]
         if q is None:
             blame.task_id = item.id
             q = routes[key] = route(spec, queues)
-        base = spec.priority.rank
+        base = base_rank[spec.priority]
         rank = ranks.rank(item.id, base, item.queued_at) if aging and base < MAX_RANK else base
-        rows.append((q, item.queued_at, item.id, rank, spec.tenant, item))
+        append((q, item.queued_at, item.id, rank, spec.tenant, item))
     blame.task_id = None
     ranks.prune(len(queue))
     order = QueueOrder.of(rows, fair, now)
