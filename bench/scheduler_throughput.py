@@ -14,6 +14,9 @@ to the snapshot, and repeats:
 1. drain: cycles until nothing more is admitted (or --max-cycles);
 2. steady: --steady-cycles cycles, each --steady-step seconds later: running work whose
    end has come finishes (its capacity is released) and --arrivals new tasks arrive.
+3. steady_busy: --busy-cycles cycles, --busy-step seconds apart, --busy-arrivals tasks
+   before each: the same state as the server's back-to-back passes see it (a pass every
+   few seconds on a full estate, a few completions and arrivals in each).
 
 `placements_per_s` = successful admissions ÷ summed cycle time. Prints and saves
 bench/results/scheduler_throughput[_flat].json.
@@ -180,23 +183,33 @@ def drain(estate: Estate, now: datetime, max_cycles: int) -> tuple[list[float], 
     return cycle_ms, placed, evicted
 
 
-def steady(estate: Estate, now: datetime, args, rng: random.Random, make) -> dict:
-    """Tasks arrive and finish over --steady-cycles cycles, --steady-step seconds apart."""
-    cycle_ms, placed, evicted, finished, next_id = [], 0, 0, 0, 10_000_000
-    for _ in range(args.steady_cycles):
-        now += timedelta(seconds=args.steady_step)
+def steady(estate: Estate, now: datetime, cycles: int, step_s: float, arrivals: int, rng: random.Random, make, first_id: int) -> dict:
+    """Tasks arrive and finish over `cycles` cycles, `step_s` seconds apart."""
+    cycle_ms, placed, evicted, finished, next_id = [], 0, 0, 0, first_id
+    for _ in range(cycles):
+        now += timedelta(seconds=step_s)
         for task_id in [t for t, end in estate.ends.items() if end <= now]:
             estate.finish(task_id)
             finished += 1
-        for item in make(args.arrivals, rng, next_id, now):
+        for item in make(arrivals, rng, next_id, now):
             estate.queue[item.id] = item
-        next_id += args.arrivals
+        next_id += arrivals
         result, out = estate.cycle(now)
         cycle_ms.append(result.duration_s * 1000)
         placed += len(result.admitted)
         evicted += out
-    arrived = args.arrivals * args.steady_cycles
-    return {**summary(cycle_ms, placed, evicted), "finished": finished, "arrived": arrived, "queued_at_end": len(estate.queue)}
+    report = {**summary(cycle_ms, placed, evicted), "step_s": step_s, "finished": finished, "arrived": arrivals * cycles, "queued_at_end": len(estate.queue)}
+    return {**report, "end": now.isoformat()}
+
+
+def steady_phases(estate: Estate, now: datetime, args, rng: random.Random, make) -> dict:
+    """The steady state as --steady-step apart (many changes a cycle), then as back-to-back
+    passes see it (--busy-step apart: a few completions and arrivals a cycle)."""
+    out = {"steady": steady(estate, now, args.steady_cycles, args.steady_step, args.arrivals, rng, make, 10_000_000)}
+    if args.busy_cycles:
+        later = datetime.fromisoformat(out["steady"]["end"])
+        out["steady_busy"] = steady(estate, later, args.busy_cycles, args.busy_step, args.busy_arrivals, rng, make, 20_000_000)
+    return out
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -211,6 +224,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--steady-cycles", type=int, default=20)
     parser.add_argument("--steady-step", type=float, default=120.0, help="simulated seconds between steady-state cycles")
     parser.add_argument("--arrivals", type=int, default=100, help="tasks arriving before each steady-state cycle")
+    parser.add_argument("--busy-cycles", type=int, default=20, help="then cycles as back-to-back server passes see them (0: none)")
+    parser.add_argument("--busy-step", type=float, default=5.0, help="simulated seconds between those cycles (a pass at 5,000 nodes and the 0.5 s interval)")
+    parser.add_argument("--busy-arrivals", type=int, default=4, help="tasks arriving before each of them (--arrivals per 120 s, scaled)")
     parser.add_argument("--max-heads", type=int, default=None, help="policy.max_heads_per_cycle (default: the policy's default)")
     parser.add_argument("-o", "--output", choices=["json", "text"], default="text")
     parser.add_argument("--out", type=Path, default=None, help="default: bench/results/scheduler_throughput[_flat].json")
@@ -267,7 +283,7 @@ def run(args) -> dict:
         **summary(cycle_ms, placed, evicted),
         "still_queued": len(estate.queue),
         "accelerators_in_use": used,
-        "steady": steady(estate, now, args, rng, make) if args.steady_cycles else None,
+        **(steady_phases(estate, now, args, rng, make) if args.steady_cycles else {"steady": None}),
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "python": platform.python_version(),
         "when": datetime.now(UTC).isoformat(timespec="seconds"),

@@ -16,7 +16,7 @@ import scheduler_throughput  # noqa: E402
 
 def test_the_honest_mix_runs_with_every_feature_and_reports_its_figures(tmp_path: Path, capsys) -> None:
     out = tmp_path / "st.json"
-    small = ["--nodes", "60", "--tasks", "400", "--steady-cycles", "3", "--arrivals", "20", "--max-cycles", "8"]
+    small = ["--nodes", "60", "--tasks", "400", "--steady-cycles", "3", "--arrivals", "20", "--max-cycles", "8", "--busy-cycles", "4", "--busy-arrivals", "2"]
     report = scheduler_throughput.main([*small, "-o", "json", "--out", str(out)])
     assert json.loads(out.read_text()) == report
     assert report["gc"] == "server"  # the collector as the server sets it
@@ -27,6 +27,9 @@ def test_the_honest_mix_runs_with_every_feature_and_reports_its_figures(tmp_path
         assert report[key] > 0
     steady = report["steady"]
     assert steady["cycles"] == 3 and steady["arrived"] == 60 and steady["p99_cycle_ms"] > 0
+    busy = report["steady_busy"]  # then as back-to-back passes see it, from where the steady state ended
+    assert busy["cycles"] == 4 and busy["arrived"] == 8 and busy["step_s"] == 5.0 and busy["p99_cycle_ms"] > 0
+    assert busy["end"] > steady["end"]
 
 
 def test_the_flat_mix_is_the_easy_comparison(tmp_path: Path) -> None:
