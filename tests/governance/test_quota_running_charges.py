@@ -88,34 +88,3 @@ def test_a_placement_is_charged_once_while_the_configuration_stays(monkeypatch) 
     assert len(computed) == first  # the second pass computed nothing
     QuotaBook(_quotas(), MODELS, POOLS).charge_running(running)  # same amounts, but new quota objects
     assert len(computed) > first
-
-
-@pytest.mark.parametrize("seed", [7, 8, 9])
-def test_a_check_with_charges_released_agrees_with_releasing_the_tasks(seed: int) -> None:
-    """check(released=charges_of(ids)) is what the cycle asks as a bound for every
-    preemption plan that evicts a subset of ids: it must agree with `without(ids)`."""
-    rng = random.Random(seed)
-    quotas = _quotas(12)
-    running = [_task(rng, i) for i in range(40)]
-    book = QuotaBook(quotas, MODELS, POOLS)
-    book.charge_running(running)
-    agreed = refused = 0
-    for _ in range(80):
-        share = rng.random()
-        ids = [r.id for r in running if rng.random() < share]
-        head = parse_spec({"kind": "Task", "name": "h", "tenant": f"org/{rng.choice('abc')}", "type": "training"})
-        held = _task(rng, 999).allocations
-        held = [quota_module.Held(a.pool, POOLS[a.pool], len(a.device_indices), a.cpu, a.memory_gb) for a in held]
-        with book.without(ids) as released_one_by_one:
-            expected = released_one_by_one.check(head, held)
-        found = book.check(head, held, released=book.charges_of(ids))
-        assert (found.ok, found.borrowing) == (expected.ok, expected.borrowing)
-        agreed += 1
-        refused += not found.ok
-    assert agreed == 80 and 0 < refused < 80  # both outcomes were asked about
-
-
-def test_only_class_cpu_and_memory_limits_charge_a_task_alike_wherever_it_lands() -> None:
-    head = parse_spec({"kind": "Task", "name": "h", "tenant": "org/a", "type": "training"})
-    assert QuotaBook(_quotas(4), MODELS, POOLS).placement_independent(head)  # gpu and npu limits
-    assert not QuotaBook(_quotas(8), MODELS, POOLS).placement_independent(head)  # and a normalised one

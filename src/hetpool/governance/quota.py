@@ -36,7 +36,6 @@ from hetpool.scheduling.quota_view import Held, QuotaCeiling
 from hetpool.scheduling.running import RunningTask
 
 EPS = 1e-9
-RELEASE_SLACK = 1e-6  # see QuotaBook.charges_of
 
 
 @dataclass
@@ -180,16 +179,13 @@ class QuotaBook:
             borrowed_by_others += max(0.0, used - limit.nominal)
         return max(0.0, lendable - borrowed_by_others)
 
-    def check(self, spec: TaskSpec, held: list[Held], *, released: dict | None = None) -> QuotaVerdict:
-        """Could `spec` holding `held` be admitted now? `released`: as if these charges
-        (from `charges_of`) were given back first."""
+    def check(self, spec: TaskSpec, held: list[Held]) -> QuotaVerdict:
+        """Could `spec` holding `held` be admitted now?"""
         amounts = self._amounts(spec.tenant, spec.env.value, spec.task_type.value, held)
-        less = released or {}
-        extra = {key: -amount for key, amount in less.items()}
         borrowing = False
         for (name, resource), amount in sorted(amounts.items()):
             limit = self._limit(name, resource)
-            after = self.used.get((name, resource), 0.0) - less.get((name, resource), 0.0) + amount
+            after = self.used.get((name, resource), 0.0) + amount
             if after <= limit.nominal + EPS:
                 continue
             borrowing = True
@@ -201,7 +197,7 @@ class QuotaBook:
                     f"quota {name}: {resource} would be {after:g} of {limit.nominal:g} (borrowing limit {limit.borrowing_limit:g})",
                     False,
                 )
-            room = self._room(self.quotas[name], resource, extra)
+            room = self._room(self.quotas[name], resource, {})
             if over > room + EPS:
                 return QuotaVerdict(
                     False,
@@ -210,30 +206,6 @@ class QuotaBook:
                     False,
                 )
         return QuotaVerdict(True, borrowing, "", not borrowing)
-
-    def charges_of(self, task_ids: Iterable[str]) -> dict[tuple[str, str], float]:
-        """What these tasks' charges add up to, per (quota, resource), for `check(released=)`.
-        Each sum is rounded up a little (RELEASE_SLACK): a check against it is a bound,
-        never stricter than releasing the tasks one by one (`without`), whose float sums
-        come out in another order."""
-        total: dict[tuple[str, str], float] = {}
-        charged = self.charged
-        for task_id in task_ids:
-            record = charged.get(task_id)
-            if record is not None:
-                for key, amount in record.amounts.items():
-                    total[key] = total.get(key, 0.0) + amount
-        return {key: amount + RELEASE_SLACK for key, amount in total.items()}
-
-    def placement_independent(self, spec: TaskSpec) -> bool:
-        """True when every quota limit that applies to `spec` charges it the same wherever
-        it lands: CPU cores, memory and device classes (a task asks for one class); not
-        devices of a model or pool, nor normalised units."""
-        for q in self.applicable(spec.tenant, spec.env.value, spec.task_type.value):
-            for limit in q.limits:
-                if limit.resource not in (CPU_CORES, MEMORY_GB) and limit.resource not in DEVICE_CLASSES:
-                    return False
-        return True
 
     def ceiling(self, spec: TaskSpec, held: Iterable[Held]) -> QuotaCeiling | None:
         """The first quota `spec` holding `held` could never be admitted under, whatever

@@ -87,8 +87,6 @@ def plan_preemption(cx: CycleInputs, st: CycleState, cand: Candidate, fits_idle:
     if plan is None or not plan.victims:
         return NO_PREEMPTION  # nothing to evict: it is not capacity held by running work that stops it
     quota_block = quota_blocks_plan(quota, spec, plan, rank) if quota else ""
-    if quota_block and _retries_hopeless(cx, st, cand, reclaim, plan):
-        return PreemptionOutcome([], quota_block=quota_block)
     if quota_block:
         # Try again without other tenants' guaranteed work (e.g. evict this tenant's own
         # lower-priority task instead), then, for a lender that would borrow itself, with
@@ -186,36 +184,6 @@ def _hopeless(cx: CycleInputs, st: CycleState, cand: Candidate) -> bool:
             freeable = st.freeable[rank] = st.running_arrays.releases(below.tolist()).released(cx.snapshot, len(below))
         verdict = st.hopeless[key] = not assign(freeable, cand.spec, cx.compat_check, explain=False, **cand.kwargs).feasible
     return verdict
-
-
-def _retries_hopeless(cx: CycleInputs, st: CycleState, cand: Candidate, reclaim: frozenset[str], plan: PreemptionPlan) -> bool:
-    """Could no retry's plan pass the quota either? Every retry evicts a subset of the
-    preemptible work below the head's priority and the work it may reclaim, and releasing
-    more only lowers what the head's quotas count and raises what its cohort can lend; so
-    when the book refuses the head even with all of that released, every retry is refused
-    too, and the one or two more victim searches they cost (each a placement per
-    candidate prefix) are skipped. Only where the head's charge does not depend on where
-    it lands (quota.placement_independent), since the retries land it elsewhere. On a
-    full estate the same heads over quota asked this every cycle (~25 a cycle at 2,000
-    nodes). The outcome is the one the retries would have reached: the first plan's
-    reason."""
-    quota, spec = cx.quota, cand.spec
-    if not quota.placement_independent(spec):
-        return False
-    rank = spec.priority.rank
-    key = (rank, reclaim)
-    released = st.quota_released.get(key)
-    if released is None:
-        if st.preemptible_rank_of is None:  # once per cycle
-            st.preemptible_rank_of = {r.id: r.priority_rank for r in cx.running if r.preemptible}
-        rank_of = st.preemptible_rank_of
-        below = st.released_below.get(rank)
-        if below is None:
-            below = st.released_below[rank] = quota.charges_of(task_id for task_id, other in rank_of.items() if other < rank)
-        # Work the head may reclaim is preemptible too: what is not below its priority is added.
-        extra = quota.charges_of(task_id for task_id in reclaim if rank_of.get(task_id, rank) >= rank) if reclaim else {}
-        released = st.quota_released[key] = {k: below.get(k, 0.0) + extra.get(k, 0.0) for k in below.keys() | extra.keys()}
-    return not quota.check(spec, held_by(plan.assignment), released=released).ok
 
 
 def _reclaimable_ids(cx: CycleInputs, st: CycleState, spec) -> frozenset[str]:

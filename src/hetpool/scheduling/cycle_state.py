@@ -80,10 +80,6 @@ class CycleState:
     running_arrays: object = None  # the running work as victim_arrays.RunningArrays, once per cycle (cycle_preempt._victims)
     freeable: dict = field(default_factory=dict)  # per priority rank: the opening estate less all preemptible work below it
     hopeless: dict = field(default_factory=dict)  # per shape and rank: no plan can help (cycle_preempt._hopeless)
-    # The most any plan of this cycle releases from the quota book (cycle_preempt._retries_hopeless):
-    preemptible_rank_of: dict | None = None  # running preemptible work → its priority rank
-    released_below: dict = field(default_factory=dict)  # per priority rank: the charges of all preemptible work below it
-    quota_released: dict = field(default_factory=dict)  # per (rank, reclaim set): those and the reclaimable work's
     preemption_deferred: int = 0  # heads that would have, past that bound
     carried: int = 0  # heads passed over by the rotating scan (cycle_heads.heads)
     # Parking (parking.py): the heads parked as the cycle opened, this cycle's plain waits
