@@ -16,7 +16,8 @@ import scheduler_throughput  # noqa: E402
 
 def test_the_honest_mix_runs_with_every_feature_and_reports_its_figures(tmp_path: Path, capsys) -> None:
     out = tmp_path / "st.json"
-    small = ["--nodes", "60", "--tasks", "400", "--steady-cycles", "3", "--arrivals", "20", "--max-cycles", "8", "--busy-cycles", "4", "--busy-arrivals", "2"]
+    small = ["--nodes", "60", "--tasks", "400", "--steady-cycles", "3", "--arrivals", "20", "--max-cycles", "8"]
+    small += ["--busy-cycles", "4", "--busy-arrivals", "2"]
     report = scheduler_throughput.main([*small, "-o", "json", "--out", str(out)])
     assert json.loads(out.read_text()) == report
     assert report["gc"] == "server"  # the collector as the server sets it
