@@ -74,10 +74,6 @@ def _error(exc: Exception) -> str:
 NO_BOUND = object()
 WAKE = -1
 
-# Fields that never change where or whether a task fits: tasks equal in everything else
-# share one verdict per walk.
-_NOT_PLACEMENT = {"name", "description", "command", "env_vars", "runtime_estimate", "max_runtime"}
-
 
 class _Pending:
     """One not-yet-started task and what is needed to decide cheaply whether to retry it."""
@@ -92,11 +88,23 @@ class _Pending:
         # rejects whatever is free: capacity freed elsewhere cannot help this task.
         groups = {i for g in candidate_groups(snap, spec) for i in g.pools}
         self.pools = frozenset(i for i in groups if pool_verdict(snap.pools[i], spec, check).ok)
-        arrays = [snap.pools[p].row_array for p in sorted(self.pools)]
-        self.rows = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int64)
-        self.nodes = snap.row_node[self.rows]
-        self.parts = _gang_parts(snap, spec, self.rows)
-        self.shape = (self.pools, spec.model_dump_json(exclude=_NOT_PLACEMENT))
+        # The rows of a set of pools and a gang's parts over them depend on the snapshot's
+        # layout alone: kept with it, across cycles (the parts' np.unique was a tenth of a
+        # forecast, per waiting gang per cycle).
+        cache = snap.forecast_cache
+        found = cache.get(self.pools)
+        if found is None:
+            arrays = [snap.pools[p].row_array for p in sorted(self.pools)]
+            rows = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int64)
+            found = cache[self.pools] = (rows, snap.row_node[rows])
+        self.rows, self.nodes = found
+        key = (self.pools, _parts_rule(spec))
+        if key not in cache:
+            cache[key] = _gang_parts(snap, spec, self.rows)
+        self.parts = cache[key]
+        # Equal shapes fit or fail together (TaskSpec.placement_shape, as the cycle's failed
+        # shapes); the tenant too, where pools are reserved for tenants.
+        self.shape = (self.pools, spec.tenant, spec.placement_shape)
         demand = spec.per_worker.devices
         self.whole = self.slice = None
         if demand is not None and demand.count >= 1 and not (demand.memory_gb or demand.cores_percent):
@@ -133,6 +141,11 @@ class _Pending:
         return True
 
 
+def _parts_rule(spec: TaskSpec) -> tuple:
+    """What _gang_parts reads of a task: equal rules give equal parts over the same rows."""
+    return (spec.workers >= 2, spec.topology.same if spec.topology else "none", one_model_gang(spec))
+
+
 def _gang_parts(snap: Snapshot, spec: TaskSpec, rows: np.ndarray) -> np.ndarray | None:
     """For a gang that must sit within one part — one device model (assign.one_model_gang),
     one node, network group or zone (its topology) — each row's part as a small integer, so
@@ -154,22 +167,20 @@ def _gang_parts(snap: Snapshot, spec: TaskSpec, rows: np.ndarray) -> np.ndarray 
     return np.unique(combined, axis=0, return_inverse=True)[1].reshape(-1).astype(np.int64)
 
 
-def _held(held: list[Allocation] | list[WorkerPlacement] | tuple[Allocation, ...]) -> tuple:
-    """What an event gives back; allocations and placements carry the same fields."""
-    return tuple((a.node, a.pool, a.device_indices, a.device_fraction, a.cpu, a.memory_gb) for a in held)
-
-
-def _release(snap: Snapshot, node: str, pool: str, indices: tuple[int, ...], fraction: float, cpu: float, memory_gb: float) -> int | None:
-    """Give capacity back; returns the node index touched (None if unknown)."""
-    row = snap.row_of(node, pool)
+def _release(snap: Snapshot, held: Allocation | WorkerPlacement) -> tuple[int, ...]:
+    """Give capacity back (allocations and placements carry the same fields); returns the
+    pools with a row on the node touched, whose free capacity changed."""
+    row = snap.row_of(held.node, held.pool)
     if row is not None:
-        snap.release(row, indices, fraction, cpu, memory_gb)
-        return int(snap.row_node[row])
-    n = snap.node_by_name.get(node)
-    if n is not None:  # pool gone: build_snapshot still held the node's CPU and memory
-        snap.free_cpu[n] += cpu
-        snap.free_mem[n] += memory_gb
-    return n
+        snap.release(row, held.device_indices, held.device_fraction, held.cpu, held.memory_gb)
+        return snap.row_node_pools[row]
+    n = snap.node_by_name.get(held.node)
+    if n is None:
+        return ()
+    # Pool gone: build_snapshot still held the node's CPU and memory.
+    snap.free_cpu[n] += held.cpu
+    snap.free_mem[n] += held.memory_gb
+    return tuple(int(snap.row_pool[r]) for r in np.flatnonzero(snap.row_node == n))
 
 
 def _runtime(spec: TaskSpec, placements: list[WorkerPlacement], snap: Snapshot, models: dict[str, DeviceModelSpec]) -> float | None:
@@ -227,12 +238,7 @@ class _Forecast:
     def __init__(self, scratch: Snapshot, check: CompatCheck, now: datetime, models, default_runtime_s, errors: dict[str, str]) -> None:
         self.scratch, self.check, self.now, self.models = scratch, check, now, models
         self.default_runtime_s, self.errors = default_runtime_s, errors
-        # Node → pools with a row on it: CPU and memory are per node, so a release there can
-        # help a task on any of the node's pools.
-        self.node_pools: dict[int, set[int]] = {}
-        for row, n in enumerate(scratch.row_node):
-            self.node_pools.setdefault(int(n), set()).add(int(scratch.row_pool[row]))
-        # Events: (time, seq, allocations to give back). seq keeps heap order total.
+        # Events: (time, seq, allocations or placements to give back). seq keeps heap order total.
         self.seq = itertools.count()
         self.events: list[tuple[datetime, int, tuple]] = []
         self.pending: list[_Pending] = []
@@ -241,7 +247,7 @@ class _Forecast:
     def hold_until_their_ends(self, running: list[RunningTask]) -> None:
         for rt in running:
             if rt.expected_end is not None:  # unknown end: held for the whole forecast
-                self.events.append((max(rt.expected_end, self.now), next(self.seq), _held(rt.allocations)))
+                self.events.append((max(rt.expected_end, self.now), next(self.seq), rt.allocations))
         heapq.heapify(self.events)
 
     def queue(self, ordered: list[QueuedTask], not_before: dict[str, datetime | None]) -> None:
@@ -279,10 +285,9 @@ class _Forecast:
             held = heapq.heappop(self.events)[2]
             if not held:
                 dirty.add(WAKE)  # a held-back task may start now: walk, though nothing was freed
-            for node, pool, indices, fraction, cpu, mem in held:
-                n = _release(self.scratch, node, pool, indices, fraction, cpu, mem)
-                if n is not None:
-                    dirty |= self.node_pools.get(n, set())
+            for piece in held:
+                # CPU and memory are per node: a release there can help a task on any of its pools.
+                dirty.update(_release(self.scratch, piece))
         return dirty
 
     def walk(self, t: datetime, dirty: set[int]) -> None:
@@ -322,7 +327,7 @@ class _Forecast:
             runtime = self.default_runtime_s
         end = end_after(t, runtime)
         if end is not None and end - self.now <= FORECAST_SPAN:  # otherwise: never released in the forecast
-            heapq.heappush(self.events, (end, next(self.seq), _held(placements)))
+            heapq.heappush(self.events, (end, next(self.seq), tuple(placements)))
 
 
 def attach_estimates(snapshot, working, waiting, running, decisions: list[Decision], compat_check, now, models, horizon, blame) -> None:

@@ -165,6 +165,7 @@ class Snapshot:
     perf_cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # see row_perf
     held_cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # see victim_arrays.held_of
     runtime_cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # see cycle_state.slowest_memo
+    forecast_cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # see forecast._Pending
     # Where the last cycle's rotating scan of the queue stopped (cycle_heads.heads): kept with the
     # snapshot the server and the simulator keep across cycles, like the caches above.
     scan_cursor: list = field(default_factory=lambda: [0], init=False, repr=False, compare=False)
