@@ -201,7 +201,7 @@ def _run_cycle(
     # news for the parked heads.
     park, st.park_counts = open_parking(st.working, policy, cx.running, quota, st.order.entry, now)
     st.parked, st.grown, st.grown_pools = park.parked, park.grown, grown_pools(snapshot, park.grown)
-    st.reserves_owed = {p.queue for p in st.parked.values() if p.reserves}
+    st.reserves_owed, st.wake_groups = park.reserves_owed, park.wake_groups
     skip = (lambda q, item: still_parked(cx, st, q, item)) if st.parked else None
     for q, item in heads(st, blame, policy.max_heads_per_cycle, snapshot.scan_cursor, snapshot.preemptors, skip):
         blame.task_id = item.id

@@ -134,15 +134,12 @@ def settle(cx: CycleInputs, st: CycleState) -> None:
     if any(name not in st.reservations for name in st.reserves_owed):
         return
     st.settled = True
-    wakes: dict[tuple, bool] = {}  # per what the answer depends on: most parked heads share it
-    inert = set()
-    for task_id, parked in st.parked.items():
-        key = (parked.never, parked.pools, parked.demand, parked.excluded)
-        may = wakes.get(key)
-        if may is None:
-            may = wakes[key] = _may_wake(st, parked)
-        if not may:
-            inert.add(task_id)
+    # Per what the answer depends on (Parked.wake_key), grouped as the parking opened: most
+    # parked heads share it, so this asks a few hundred questions, not one per head.
+    inert: set[str] = set()
+    for sample, task_ids in st.wake_groups.values():
+        if task_ids and not _may_wake(st, sample):
+            inert |= task_ids
     st.order.skip(inert)
 
 

@@ -92,6 +92,7 @@ class CycleState:
     parked_over: int = 0  # parked heads passed over this cycle
     reserves_owed: set[str] = field(default_factory=set)  # queues with a parked head that would take their reservation (Parked.reserves)
     settled: bool = False  # parked heads that can no longer be let go were passed over at once (cycle_parked.settle)
+    wake_groups: dict = field(default_factory=dict)  # the parked heads by what settle asks of them (parking.Parking.wake_groups)
     staying_groups: set[tuple] = field(default_factory=set)  # Parked.key of heads that stay parked this cycle (cycle_parked.still_parked)
     failed_groups: set[tuple] = field(default_factory=set)  # (Parked.key, reservations held) whose shape failed (cycle_parked.still_parked)
     no_fit_unreserved: set[str] = field(default_factory=set)  # shapes that fit nowhere free, reservations aside (cycle._blocking_reservation)

@@ -46,6 +46,8 @@ changed inventory) parks nothing. `policy.park_waiting: false` turns it off.
 
 from __future__ import annotations
 
+from collections import Counter
+
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -104,6 +106,14 @@ class Parked:
     deferred: bool = False
     cycles: int = 0
     group: tuple | None = field(default=None, compare=False, repr=False)  # see `key`
+    wake: tuple | None = field(default=None, compare=False, repr=False)  # see `wake_key`
+
+    def wake_key(self) -> tuple:
+        """What whether it may still be let go once a cycle has settled reads
+        (cycle_parked.settle): heads with equal keys get the same answer. Built once."""
+        if self.wake is None:
+            self.wake = (self.never, self.pools, self.demand, self.excluded)
+        return self.wake
 
     def key(self) -> tuple:
         """Everything of this parked head that whether it stays parked reads
@@ -131,6 +141,11 @@ class Parking:
     after: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
     # This cycle: the rows where anything grew since then (None: everything may have).
     grown: np.ndarray | None = None
+    # This cycle: the parked heads by `Parked.wake_key` (a sample head and the ids), and the
+    # queues a parked head would take the reservation of; both built by open_parking's one
+    # pass over the parked heads, so that settle and the cycle need no pass of their own.
+    wake_groups: dict[tuple, tuple[Parked, set[str]]] = field(default_factory=dict)
+    reserves_owed: set[str] = field(default_factory=set)
 
     def grown_rows(self, snap: Snapshot) -> np.ndarray | None:
         """The rows where anything grew since the end of the previous cycle (None: no
@@ -302,6 +317,7 @@ def open_parking(snapshot: Snapshot, policy, running: list[RunningTask], quota, 
         park.policy_key = key
     counts = Evictable(snapshot, running, quota)
     park.grown = None
+    park.wake_groups, park.reserves_owed = {}, set()
     if not park.parked:
         return park, counts
     park.grown = park.grown_rows(snapshot)
@@ -309,12 +325,19 @@ def open_parking(snapshot: Snapshot, policy, running: list[RunningTask], quota, 
     # (cycle_parked.still_parked): here only what does not depend on what this cycle does.
     stale: list[tuple] = []  # parked long enough to be refreshed: (parked at, cycles, id)
     due = now - timedelta(seconds=MAX_PARKED_S)  # parked at or before this: refreshed (one compare per head)
+    groups, reserving = park.wake_groups, Counter()
     for task_id, p in list(park.parked.items()):
         found = queued(task_id)
         if found is None or found[0].spec is not p.spec or found[1] != p.rank:
             del park.parked[task_id]
             continue
         p.cycles += 1
+        key = p.wake_key()
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = (p, set())
+        group[1].add(task_id)
+        reserving[p.queue] += p.reserves
         if p.never:
             continue  # nothing in its explanation depends on time: no refresh (a rank change lets it go above)
         if p.cycles > MAX_PARKED_CYCLES or (p.parked_at is not None and p.parked_at <= due):
@@ -323,7 +346,10 @@ def open_parking(snapshot: Snapshot, policy, running: list[RunningTask], quota, 
     # all come due in the same later one (a whole queue's worth on a busy estate).
     limit = refresh_limit(policy)
     for _, _, task_id in sorted(stale)[:limit] if limit else stale:
-        del park.parked[task_id]
+        p = park.parked.pop(task_id)
+        groups[p.wake_key()][1].discard(task_id)
+        reserving[p.queue] -= p.reserves
+    park.reserves_owed = {queue for queue, heads in reserving.items() if heads}
     return park, counts
 
 
