@@ -47,7 +47,6 @@ changed inventory) parks nothing. `policy.park_waiting: false` turns it off.
 from __future__ import annotations
 
 from collections import Counter
-
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
