@@ -88,3 +88,16 @@ def test_a_placement_is_charged_once_while_the_configuration_stays(monkeypatch) 
     assert len(computed) == first  # the second pass computed nothing
     QuotaBook(_quotas(), MODELS, POOLS).charge_running(running)  # same amounts, but new quota objects
     assert len(computed) > first
+
+
+def test_placements_of_finished_work_are_forgotten() -> None:
+    """A long-lived server charges a book per pass; what finished must not stay held."""
+    rng = random.Random(11)
+    quotas = _quotas()
+    quota_module._RunningCharges._current = None
+    running = [_task(rng, i) for i in range(20)]
+    for wave in range(1, 200):  # every pass, all running work replaced by new placements
+        running = [_task(rng, 20 * wave + i) for i in range(20)]
+        QuotaBook(quotas, MODELS, POOLS).charge_running(running)
+        QuotaBook(quotas, MODELS, POOLS).charge_running([])  # a what-if book forgets nothing
+    assert len(quota_module._RunningCharges._current.amounts) <= 2 * 20 + 1024 + 20

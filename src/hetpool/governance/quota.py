@@ -252,9 +252,11 @@ class QuotaBook:
         amount first is the one borrowing (and the first reclaimed). The live scheduler and
         the simulator both build their book this way, so they agree on who borrows."""
         memo = self._running_memo
+        used = []
         for r in sorted(running, key=lambda r: (r.started_at, r.id)):
             task_type = r.task_type.value
             key = (id(r.allocations), r.tenant, r.env, task_type)
+            used.append(key)
             found = memo.amounts.get(key)
             if found is None or found[0] is not r.allocations:
                 held = [
@@ -263,6 +265,7 @@ class QuotaBook:
                 ]
                 found = memo.keep(key, r.allocations, self._amounts(r.tenant, str(r.env), task_type, held))
             self._charge_amounts(r.id, r.tenant, str(r.env), task_type, found[1])
+        memo.forget_all_but(used)
 
     def release(self, task_id: str) -> None:
         record = self.charged.pop(task_id, None)
@@ -412,6 +415,13 @@ class _RunningCharges:
             # Swapped, never changed in place: a book built before keeps the memo it has.
             memo = cls._current = cls(config, (list(quotas.values()), list(models.values())))
         return memo
+
+    def forget_all_but(self, used: list[tuple]) -> None:
+        """Drop the placements of work no longer running once they are most of the memo
+        (a long-lived server would otherwise hold every finished attempt's allocations up
+        to MAX_ENTRIES). A book charged with nothing (a what-if) leaves the memo alone."""
+        if used and len(self.amounts) > 2 * len(used) + 1024:
+            self.amounts = {key: self.amounts[key] for key in used if key in self.amounts}
 
     def keep(self, key: tuple, allocations: tuple, amounts: dict) -> tuple:
         if len(self.amounts) > self.MAX_ENTRIES:
