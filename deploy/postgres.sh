@@ -19,6 +19,11 @@ BASE="${HETPOOL_PG_DIR:-/tmp/hetpool-pg-$PORT}"
 DB="${HETPOOL_PG_DB:-hetpool}"
 PWFILE="$BASE/password"
 START_WAIT_S="${HETPOOL_PG_START_WAIT_S:-300}"
+# A server that outlasted pg_ctl's wait and is still replaying its WAL is waited for this
+# much longer (as long as its postmaster lives): a replay's length follows the WAL and the
+# machine's load, not pg_ctl's wait (with the latter at 1 s, a loaded machine's 2 s replay
+# made a start fail).
+RECOVERY_WAIT_S="${HETPOOL_PG_RECOVERY_WAIT_S:-600}"
 
 find_bin() {
   # Debian keeps the server binaries (initdb, pg_ctl, psql, createdb together) here.
@@ -79,11 +84,11 @@ postmaster_alive() {
 }
 
 wait_ready() {
-  # A started server accepting connections within START_WAIT_S (its recovery may be long).
+  # A started server accepting connections within RECOVERY_WAIT_S (its recovery may be long).
   local bin=$1 waited=0
   until as_postgres "$bin/pg_isready" -q -h 127.0.0.1 -p "$PORT"; do
     postmaster_alive || return 1
-    [ "$waited" -ge "$START_WAIT_S" ] && return 1
+    [ "$waited" -ge "$RECOVERY_WAIT_S" ] && return 1
     sleep 1
     waited=$((waited + 1))
   done
