@@ -207,6 +207,39 @@ class QuotaBook:
                 )
         return QuotaVerdict(True, borrowing, "", not borrowing)
 
+    def state_key(self, spec: TaskSpec, pools: Iterable[tuple[str, str]]) -> tuple:
+        """All that `check` (and `check` within `without`) reads for `spec` placed on some of
+        `pools` ((pool, model) pairs), besides the placement and the released tasks' own
+        charges: the configuration (the quotas, models and pool map, as the running-charges
+        memo names them) and the usage, for the resources such a placement charges, of
+        `spec`'s quotas and of their cohorts' members. Equal keys give equal verdicts
+        (scheduling/plan_memo.py); a GPU admission leaves an NPU head's key alone."""
+        memo = self._running_memo  # its config names quotas and models by id; its refs hold them (no id reused while a key lives)
+        used, parts = self.used, [memo.config, memo.refs]
+        where = tuple(pools)
+        for q in self.applicable(spec.tenant, spec.env.value, spec.task_type.value):
+            members = self._cohorts.get(self._cohort_key(q), [])
+            for limit in q.limits:
+                resource = limit.resource
+                if not self._may_charge(resource, spec, where):
+                    continue
+                parts.append((q.name, resource, used.get((q.name, resource), 0.0), tuple(used.get((m.name, resource), 0.0) for m in members)))
+        return tuple(parts)
+
+    def _may_charge(self, resource: str, spec: TaskSpec, where: tuple[tuple[str, str], ...]) -> bool:
+        """Could `spec` placed on some of `where` charge `resource`? (as `amount` counts)"""
+        if resource in (CPU_CORES, MEMORY_GB):
+            return True
+        for pool, model_name in where:
+            model = self.models.get(model_name)
+            if model is None or model.device_class.value == "cpu":
+                continue
+            if resource == NORMALISED or resource == model_name or resource == pool:
+                return True
+            if resource in DEVICE_CLASSES and model.device_class.value == resource:
+                return True
+        return False
+
     def ceiling(self, spec: TaskSpec, held: Iterable[Held]) -> QuotaCeiling | None:
         """The first quota `spec` holding `held` could never be admitted under, whatever
         else runs: its charge is above nominal + the most it may borrow (its borrowing

@@ -30,6 +30,7 @@ from hetpool.scheduling.assign import assign
 from hetpool.scheduling.backfill import release_all
 from hetpool.scheduling.claims import claimed_placement
 from hetpool.scheduling.cycle_state import Candidate, CycleInputs, CycleState, held_by, idle_key
+from hetpool.scheduling.plan_memo import fingerprint, memo_of
 from hetpool.scheduling.preempt import PreemptionPlan, find_victims
 from hetpool.scheduling.quota_view import QuotaLedger
 from hetpool.scheduling.running import BASIS_ESTIMATE, RunningTask
@@ -83,6 +84,24 @@ def plan_preemption(cx: CycleInputs, st: CycleState, cand: Candidate, fits_idle:
         return NO_PREEMPTION
     st.preemption_tries += 1
     reclaim = ids if reclaimable else frozenset()
+    # The same head planning on the same world as in an earlier cycle comes to the same
+    # nothing: reused (plan_memo.py). It has cost the try above, as the plan would.
+    memo = memo_of(cx.snapshot)
+    key = fingerprint(cx, st, cand, reclaim, memo) if memo is not None else None
+    if key is not None and (kept := memo.lookup(item.id, key)) is not None:
+        return kept
+    outcome = _plan(cx, st, cand, reclaim)
+    if key is not None:
+        if outcome.victims:
+            memo.forget(item.id)
+        else:
+            memo.keep(item.id, key, outcome)
+    return outcome
+
+
+def _plan(cx: CycleInputs, st: CycleState, cand: Candidate, reclaim: frozenset[str]) -> PreemptionOutcome:
+    """plan_preemption's search once the head may plan: victims, or why not on quota grounds."""
+    spec, quota, rank = cand.spec, cx.quota, cand.spec.priority.rank
     plan = _victims(cx, st, cand, reclaim, only_own_or_borrowing=False)
     if plan is None or not plan.victims:
         return NO_PREEMPTION  # nothing to evict: it is not capacity held by running work that stops it

@@ -81,6 +81,9 @@ class CycleState:
     freeable: dict = field(default_factory=dict)  # per priority rank: the opening estate less all preemptible work below it
     hopeless: dict = field(default_factory=dict)  # per shape and rank: no plan can help (cycle_preempt._hopeless)
     preemption_deferred: int = 0  # heads that would have, past that bound
+    capacity_digests: dict = field(default_factory=dict)  # per pool set and capacity version: a digest of it (plan_memo._capacity)
+    policy_key: str | None = None  # repr of the policy, once per cycle (plan_memo.fingerprint)
+    signatures: tuple | None = None  # per running task: its signature, and whether computed (plan_memo._signatures)
     carried: int = 0  # heads passed over by the rotating scan (cycle_heads.heads)
     # Parking (parking.py): the heads parked as the cycle opened, this cycle's plain waits
     # that may be parked (task id → candidate, its pools, its rank), those whose preemption

@@ -81,4 +81,6 @@ class QuotaLedger(Protocol):
 
     def restore(self, state: object) -> None: ...
 
+    def state_key(self, spec: TaskSpec, pools: Iterable[tuple[str, str]]) -> tuple: ...  # what `check` reads for `spec` on those (pool, model)s
+
     def without(self, task_ids: Iterable[str]) -> AbstractContextManager[QuotaLedger]: ...  # as if released; restored on exit
