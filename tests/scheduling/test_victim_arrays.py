@@ -13,7 +13,7 @@ from hetpool.core.inventory import TaskType
 from hetpool.scheduling.preempt import _release
 from hetpool.scheduling.running import RunningTask
 from hetpool.scheduling.snapshot import Snapshot
-from hetpool.scheduling.victim_arrays import RunningArrays
+from hetpool.scheduling.victim_arrays import ARRAYS_KEY, RunningArrays, cycle_arrays
 from tests.scheduling.factories import CUDA_STACK, alloc, make_snapshot, node, pool
 
 A100, T4 = "nvidia-a100-80g", "nvidia-t4"
@@ -90,3 +90,59 @@ def test_candidates_are_the_preemptible_lower_ranked_or_reclaimable_work_on_usab
             if r.preemptible and r.id != "r3" and (r.priority_rank < rank or r.id in also) and any(a.node in usable_names for a in r.allocations)
         ]
         assert list(arrays.candidates(usable, rank, also)) == expected, seed
+
+
+def _arrays_state(arrays: RunningArrays) -> tuple:
+    return (
+        arrays.rank,
+        arrays.eligible,
+        arrays.node_off,
+        arrays.dev_off,
+        arrays.node_owner,
+        arrays.node,
+        arrays.cpu,
+        arrays.mem,
+        arrays.dev_row,
+        arrays.dev_col,
+        arrays.dev_frac,
+    )
+
+
+def test_arrays_built_from_the_previous_cycles_equal_a_fresh_build() -> None:
+    """cycle_arrays takes a task's entries from the previous cycle's arrays while it keeps
+    its placement: over random cycles (work ends, starts, is re-placed under the same id,
+    changes priority or preemptibility, the running order shuffles) every build equals
+    one from scratch, entry for entry."""
+    for seed in range(20):
+        rng = random.Random(seed)
+        snap, pool_of_work = _estate(rng)
+        running = rng.sample(pool_of_work, 20)
+        previous = None
+        for _ in range(8):
+            arrays = RunningArrays(snap, running, previous=previous)
+            fresh = RunningArrays(snap, running)
+            for a, b in zip(_arrays_state(arrays), _arrays_state(fresh), strict=True):
+                assert a.dtype == b.dtype and np.array_equal(a, b), seed
+            assert [arrays.tasks[i].id for i in range(len(running))] == [r.id for r in running]
+            previous = arrays
+            kept = [r for r in running if rng.random() < 0.8]
+            started = rng.sample([r for r in pool_of_work if r not in kept], rng.randrange(4))
+            # the same id placed elsewhere (a requeued task's next attempt), or its priority changed
+            moved = [
+                RunningTask(r.id, r.tenant, r.priority_rank, r.task_type, rng.choice(pool_of_work).allocations, r.started_at, None) for r in kept[:2]
+            ]
+            changed = [
+                RunningTask(r.id, r.tenant, 3 - r.priority_rank, r.task_type, r.allocations, r.started_at, None, preemptible=not r.preemptible)
+                for r in kept[2:4]
+            ]
+            running = moved + changed + kept[4:] + started
+            rng.shuffle(running)
+
+
+def test_cycle_arrays_keeps_the_last_build_with_the_snapshot() -> None:
+    snap, running = _estate(random.Random(3))
+    first = cycle_arrays(snap, running[:30])
+    second = cycle_arrays(snap.copy(), running[10:])  # a cycle's copy shares the snapshot's memory
+    assert snap.parking[ARRAYS_KEY] is second and second is not first
+    fresh = RunningArrays(snap, running[10:])
+    assert all(np.array_equal(a, b) for a, b in zip(_arrays_state(second), _arrays_state(fresh), strict=True))

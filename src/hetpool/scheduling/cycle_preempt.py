@@ -35,7 +35,7 @@ from hetpool.scheduling.preempt import PreemptionPlan, find_victims
 from hetpool.scheduling.quota_view import QuotaLedger
 from hetpool.scheduling.running import BASIS_ESTIMATE, RunningTask
 from hetpool.scheduling.snapshot import Snapshot
-from hetpool.scheduling.victim_arrays import RunningArrays
+from hetpool.scheduling.victim_arrays import cycle_arrays
 
 RECLAIM_PREFIX = "quota reclaimed"  # how preempt.find_victims starts the reason of a reclaim
 
@@ -198,7 +198,7 @@ def _hopeless(cx: CycleInputs, st: CycleState, cand: Candidate) -> bool:
         freeable = st.freeable.get(rank)
         if freeable is None:
             if st.running_arrays is None:
-                st.running_arrays = RunningArrays(cx.snapshot, cx.running)  # once per cycle
+                st.running_arrays = cycle_arrays(cx.snapshot, cx.running)  # once per cycle
             below = st.running_arrays.candidates(np.ones(len(cx.snapshot.node_names)), rank)
             freeable = st.freeable[rank] = st.running_arrays.releases(below.tolist()).released(cx.snapshot, len(below))
         verdict = st.hopeless[key] = not assign(freeable, cand.spec, cx.compat_check, explain=False, **cand.kwargs).feasible
@@ -229,7 +229,7 @@ def _victims(cx: CycleInputs, st: CycleState, cand: Candidate, reclaim: frozense
         return not only_own_or_borrowing or r.tenant == spec.tenant or quota.is_borrowing(r.id)
 
     if st.running_arrays is None:
-        st.running_arrays = RunningArrays(cx.snapshot, cx.running)  # once per cycle
+        st.running_arrays = cycle_arrays(cx.snapshot, cx.running)  # once per cycle
     return find_victims(
         st.working,
         spec,

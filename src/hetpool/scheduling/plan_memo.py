@@ -44,7 +44,7 @@ from hetpool.scheduling.cycle_parked import candidate_pools
 from hetpool.scheduling.cycle_state import Candidate, CycleInputs, CycleState, idle_key
 from hetpool.scheduling.preempt import _usable_node_mask
 from hetpool.scheduling.snapshot import Snapshot
-from hetpool.scheduling.victim_arrays import RunningArrays
+from hetpool.scheduling.victim_arrays import RunningArrays, cycle_arrays
 
 MEMO_KEY = "fruitless_plans"  # where the memo lives in Snapshot.parking (kept across cycles with the snapshot)
 MAX_ENTRIES = 20_000  # heads remembered at most; past it the memo starts afresh
@@ -126,7 +126,7 @@ def _evictable(cx: CycleInputs, st: CycleState, cand: Candidate, reclaim: frozen
     running order: each task's signature (`_signatures`), and whether it is reclaimable by
     the head or being evicted this cycle."""
     if st.running_arrays is None:
-        st.running_arrays = RunningArrays(cx.snapshot, cx.running)  # once per cycle, as the plan builds it
+        st.running_arrays = cycle_arrays(cx.snapshot, cx.running)  # once per cycle, as the plan builds it
     arrays: RunningArrays = st.running_arrays
     key = idle_key(cand, "usable nodes")  # depends on the spec and the inventory alone: kept across cycles
     usable = st.idle_results.get(key)

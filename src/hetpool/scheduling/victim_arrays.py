@@ -122,10 +122,33 @@ def give_back(snap: Snapshot, held: Held | list[Held], count: tuple[int, int] | 
         snap.row_free_whole[touched] = whole
 
 
-class RunningArrays:
-    """What each running task holds on `snap`'s nodes and rows, and how it ranks as a victim."""
+ARRAYS_KEY = "running_arrays"  # the last cycle's RunningArrays, in Snapshot.parking (cycle_arrays)
 
-    def __init__(self, snap: Snapshot, running: list[RunningTask], eligible: Callable[[RunningTask], bool] = lambda r: True) -> None:
+
+def cycle_arrays(snap: Snapshot, running: list[RunningTask]) -> RunningArrays:
+    """`running` as arrays for a cycle, built from the previous cycle's where a task still
+    runs with the same placement (kept with the snapshot the server and the simulator keep
+    across cycles; a new snapshot starts afresh). Between two cycles a few tasks start and
+    end among tens of thousands: joining every task's arrays again cost ~75 ms a cycle at
+    5,000 nodes, a few ms this way. The result is the same as a fresh build."""
+    arrays = RunningArrays(snap, running, previous=snap.parking.get(ARRAYS_KEY))
+    snap.parking[ARRAYS_KEY] = arrays
+    return arrays
+
+
+class RunningArrays:
+    """What each running task holds on `snap`'s nodes and rows, and how it ranks as a victim.
+
+    `previous`: arrays built on the same snapshot for other (earlier) running work: the
+    entries of tasks in both with the same placement are taken from it (see cycle_arrays)."""
+
+    def __init__(
+        self,
+        snap: Snapshot,
+        running: list[RunningTask],
+        eligible: Callable[[RunningTask], bool] = lambda r: True,
+        previous: RunningArrays | None = None,
+    ) -> None:
         self.tasks = list(running)
         count = len(self.tasks)
         self.position = {r.id: i for i, r in enumerate(self.tasks)}
@@ -133,13 +156,45 @@ class RunningArrays:
         # Preemptible, and evictable where its devices are (`eligible`: the class policy, once per cycle).
         self.eligible = np.fromiter((r.preemptible and eligible(r) for r in self.tasks), dtype=bool, count=count)
         self._keys: list[tuple | None] = [None] * count
-        helds = [held_of(snap, r) for r in self.tasks]
-        self.node_off = _offsets_of(np.array([len(h.node) for h in helds], dtype=np.int64))
-        self.dev_off = _offsets_of(np.array([len(h.dev_row) for h in helds], dtype=np.int64))
-        joined = _joined(helds)
+        if previous is None:
+            helds = [held_of(snap, r) for r in self.tasks]
+            self.node_off = _offsets_of(np.array([len(h.node) for h in helds], dtype=np.int64))
+            self.dev_off = _offsets_of(np.array([len(h.dev_row) for h in helds], dtype=np.int64))
+            joined = _joined(helds)
+            self.node, self.cpu, self.mem = joined.node, joined.cpu, joined.mem
+            self.dev_row, self.dev_col, self.dev_frac = joined.dev_row, joined.dev_col, joined.dev_frac
+        else:
+            self._follow(snap, previous)
         self.node_owner = np.repeat(np.arange(count, dtype=np.int64), np.diff(self.node_off))
-        self.node, self.cpu, self.mem = joined.node, joined.cpu, joined.mem
-        self.dev_row, self.dev_col, self.dev_frac = joined.dev_row, joined.dev_col, joined.dev_frac
+
+    def _follow(self, snap: Snapshot, previous: RunningArrays) -> None:
+        """The entries of each task in running order: from `previous` where it holds the same
+        placement, else from its own arrays — gathered in one step from both."""
+        old_position, old_tasks, fresh, source = previous.position, previous.tasks, [], []
+        for r in self.tasks:
+            j = old_position.get(r.id)
+            if j is not None:
+                held = old_tasks[j].allocations
+                if held is r.allocations or held == r.allocations:
+                    source.append(j)
+                    continue
+            source.append(len(old_tasks) + len(fresh))
+            fresh.append(held_of(snap, r))
+        new = _joined(fresh)
+        node_off = np.concatenate(
+            [previous.node_off[:-1], previous.node_off[-1] + _offsets_of(np.array([len(h.node) for h in fresh], dtype=np.int64))]
+        )
+        dev_off = np.concatenate(
+            [previous.dev_off[:-1], previous.dev_off[-1] + _offsets_of(np.array([len(h.dev_row) for h in fresh], dtype=np.int64))]
+        )
+        order = np.asarray(source, dtype=np.int64)
+        nodes, self.node_off = _gather(node_off, order)
+        devs, self.dev_off = _gather(dev_off, order)
+        self.node, self.cpu, self.mem = (
+            np.concatenate([a, b])[nodes] for a, b in ((previous.node, new.node), (previous.cpu, new.cpu), (previous.mem, new.mem))
+        )
+        pairs = ((previous.dev_row, new.dev_row), (previous.dev_col, new.dev_col), (previous.dev_frac, new.dev_frac))
+        self.dev_row, self.dev_col, self.dev_frac = (np.concatenate([a, b])[devs] for a, b in pairs)
 
     def candidates(self, usable_node: np.ndarray, below_rank: int, also: set[str] | frozenset[str] = frozenset()) -> np.ndarray:
         """Positions of the eligible tasks of a rank below `below_rank` (or in `also`) that
