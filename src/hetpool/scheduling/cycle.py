@@ -199,7 +199,7 @@ def _run_cycle(
     st.claimants, st.claims = claims.kept, claims
     # Growth is judged with the claims held: what a victim released is its preemptor's, not
     # news for the parked heads.
-    park, st.park_counts = open_parking(st.working, policy, cx.running, quota, st.order.entry, now)
+    park, st.park_counts = open_parking(st.working, policy, cx.running, quota, st.order.where, now)
     st.parked, st.grown, st.grown_pools = park.parked, park.grown, grown_pools(snapshot, park.grown)
     st.reserves_owed, st.wake_groups = park.reserves_owed, park.wake_groups
     skip = (lambda q, item: still_parked(cx, st, q, item)) if st.parked else None

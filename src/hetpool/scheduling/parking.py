@@ -46,7 +46,6 @@ changed inventory) parks nothing. `policy.park_waiting: false` turns it off.
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -81,6 +80,7 @@ PARKABLE = frozenset({Reason.WAITING_FOR_CAPACITY, Reason.NEVER_FITS, Reason.BLO
 _MAY_RESERVE = frozenset({Reason.WAITING_FOR_CAPACITY, Reason.BLOCKED_BY_RESERVATION})
 MAX_PARKED_CYCLES = 64
 MAX_PARKED_S = 600.0
+MAX_WAKE_KEYS = 100_000
 
 
 @dataclass
@@ -103,16 +103,14 @@ class Parked:
     # when a grown row can hold a worker of it then (`fits_grown`) — not for more evictable
     # work, which only a plan would use.
     deferred: bool = False
-    cycles: int = 0
+    parked_cycle: int = 0  # Parking.cycle when it was parked (it has been parked for Parking.cycle - this many cycles)
     group: tuple | None = field(default=None, compare=False, repr=False)  # see `key`
-    wake: tuple | None = field(default=None, compare=False, repr=False)  # see `wake_key`
+    wake: int = field(default=-1, compare=False, repr=False)  # its wake key's number (Parking.wake_id)
 
     def wake_key(self) -> tuple:
         """What whether it may still be let go once a cycle has settled reads
-        (cycle_parked.settle): heads with equal keys get the same answer. Built once."""
-        if self.wake is None:
-            self.wake = (self.never, self.pools, self.demand, self.excluded)
-        return self.wake
+        (cycle_parked.settle): heads with equal keys get the same answer."""
+        return (self.never, self.pools, self.demand, self.excluded)
 
     def key(self) -> tuple:
         """Everything of this parked head that whether it stays parked reads
@@ -143,8 +141,24 @@ class Parking:
     # This cycle: the parked heads by `Parked.wake_key` (a sample head and the ids), and the
     # queues a parked head would take the reservation of; both built by open_parking's one
     # pass over the parked heads, so that settle and the cycle need no pass of their own.
-    wake_groups: dict[tuple, tuple[Parked, set[str]]] = field(default_factory=dict)
+    wake_groups: dict[int, tuple[Parked, set[str]]] = field(default_factory=dict)
     reserves_owed: set[str] = field(default_factory=set)
+    cycle: int = 0  # cycles opened (Parked.parked_cycle counts from it)
+    # Each wake key met so far → a number: open_parking groups tens of thousands of heads a
+    # cycle, and an int is hashed and compared at once, a tuple of sets element by element.
+    wake_ids: dict[tuple, int] = field(default_factory=dict)
+    next_wake_id: int = 0
+
+    def wake_id(self, parked: Parked) -> int:
+        """The number of `parked`'s wake key (equal keys, equal numbers while the table lasts)."""
+        key = parked.wake_key()
+        found = self.wake_ids.get(key)
+        if found is None:
+            if len(self.wake_ids) >= MAX_WAKE_KEYS:
+                self.wake_ids.clear()  # bounded: a key met again later gets a new number (two groups, the same answer)
+            found = self.wake_ids[key] = self.next_wake_id
+            self.next_wake_id += 1
+        return found
 
     def grown_rows(self, snap: Snapshot) -> np.ndarray | None:
         """The rows where anything grew since the end of the previous cycle (None: no
@@ -305,10 +319,11 @@ class Evictable:
         return total
 
 
-def open_parking(snapshot: Snapshot, policy, running: list[RunningTask], quota, queued, now: datetime) -> tuple[Parking, Evictable]:
+def open_parking(snapshot: Snapshot, policy, running: list[RunningTask], quota, queued: dict, now: datetime) -> tuple[Parking, Evictable]:
     """The parking of this snapshot, with every head whose wait may have changed let go;
-    also the evictable counts per pool (for parking this cycle's waits). `queued(task_id)`
-    is (item, its priority rank now), or None when the task is no longer queued."""
+    also the evictable counts per pool (for parking this cycle's waits). `queued`: task id
+    → (queue, level, tenant, its line entry: .item and .rank, its priority rank now) of the
+    queued tasks (QueueOrder.where); a head not in it is no longer queued."""
     park: Parking = snapshot.parking.setdefault("state", Parking())
     key = repr(policy)
     if not policy.park_waiting or park.policy_key != key:
@@ -317,37 +332,42 @@ def open_parking(snapshot: Snapshot, policy, running: list[RunningTask], quota, 
     counts = Evictable(snapshot, running, quota)
     park.grown = None
     park.wake_groups, park.reserves_owed = {}, set()
+    park.cycle += 1
     if not park.parked:
         return park, counts
     park.grown = park.grown_rows(snapshot)
     # Growth and more evictable work are asked about at each head's turn
     # (cycle_parked.still_parked): here only what does not depend on what this cycle does.
-    stale: list[tuple] = []  # parked long enough to be refreshed: (parked at, cycles, id)
+    # One pass over every parked head (tens of thousands on a busy estate): keep it lean.
+    stale: list[tuple] = []  # parked long enough to be refreshed: (parked at, parked cycle, id)
     due = now - timedelta(seconds=MAX_PARKED_S)  # parked at or before this: refreshed (one compare per head)
-    groups, reserving = park.wake_groups, Counter()
-    for task_id, p in list(park.parked.items()):
-        found = queued(task_id)
-        if found is None or found[0].spec is not p.spec or found[1] != p.rank:
-            del park.parked[task_id]
+    due_cycle = park.cycle - MAX_PARKED_CYCLES  # parked before this cycle: refreshed
+    groups, reserving, gone = park.wake_groups, {}, []
+    for task_id, p in park.parked.items():
+        found = queued.get(task_id)
+        if found is None or found[3].item.spec is not p.spec or found[3].rank != p.rank:
+            gone.append(task_id)
             continue
-        p.cycles += 1
-        key = p.wake_key()
-        group = groups.get(key)
+        group = groups.get(p.wake)
         if group is None:
-            group = groups[key] = (p, set())
+            group = groups[p.wake] = (p, set())
         group[1].add(task_id)
-        reserving[p.queue] += p.reserves
+        if p.reserves:
+            reserving[p.queue] = reserving.get(p.queue, 0) + 1
         if p.never:
             continue  # nothing in its explanation depends on time: no refresh (a rank change lets it go above)
-        if p.cycles > MAX_PARKED_CYCLES or (p.parked_at is not None and p.parked_at <= due):
-            stale.append((p.parked_at or now, -p.cycles, task_id))
+        if p.parked_cycle < due_cycle or (p.parked_at is not None and p.parked_at <= due):
+            stale.append((p.parked_at or now, p.parked_cycle, task_id))
+    for task_id in gone:
+        del park.parked[task_id]
     # The refresh is rationed, oldest first: heads parked in the same cycle would otherwise
     # all come due in the same later one (a whole queue's worth on a busy estate).
     limit = refresh_limit(policy)
     for _, _, task_id in sorted(stale)[:limit] if limit else stale:
         p = park.parked.pop(task_id)
-        groups[p.wake_key()][1].discard(task_id)
-        reserving[p.queue] -= p.reserves
+        groups[p.wake][1].discard(task_id)
+        if p.reserves:
+            reserving[p.queue] -= 1
     park.reserves_owed = {queue for queue, heads in reserving.items() if heads}
     return park, counts
 
@@ -382,7 +402,9 @@ def close_parking(park: Parking, working: Snapshot, decisions: list, candidates:
             continue
         demand = worker_demand(cand.item.spec, working, pools)
         late = d.task_id in deferred
-        park.parked[d.task_id] = Parked(cand.item.spec, cand.queue.name, pools, evict, rank, excluded, reserves, never, demand, now, late)
+        parked = Parked(cand.item.spec, cand.queue.name, pools, evict, rank, excluded, reserves, never, demand, now, late, park.cycle)
+        parked.wake = park.wake_id(parked)
+        park.parked[d.task_id] = parked
     if park.parked:  # what the next cycle compares against (nothing to compare: nothing to copy)
         park.remember(working)
     else:
