@@ -84,6 +84,7 @@ class CycleState:
     capacity_digests: dict = field(default_factory=dict)  # per pool set and capacity version: a digest of it (plan_memo._capacity)
     policy_key: str | None = None  # repr of the policy, once per cycle (plan_memo.fingerprint)
     signatures: tuple | None = None  # per running task: its signature, and whether computed (plan_memo._signatures)
+    id_masks: dict = field(default_factory=dict)  # (id of a set of task ids, its size) → (the set, a mask over the running work) (plan_memo._mask)
     carried: int = 0  # heads passed over by the rotating scan (cycle_heads.heads)
     # Parking (parking.py): the heads parked as the cycle opened, this cycle's plain waits
     # that may be parked (task id → candidate, its pools, its rank), those whose preemption

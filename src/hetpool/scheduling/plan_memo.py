@@ -134,13 +134,20 @@ def _evictable(cx: CycleInputs, st: CycleState, cand: Candidate, reclaim: frozen
         usable = st.idle_results[key] = _usable_node_mask(cx.snapshot, cand.spec, cx.compat_check, cand.kwargs["allowed_pools"])
     positions = arrays.candidates(usable, cand.spec.priority.rank, reclaim)
     signatures = _signatures(cx, st, arrays, positions)
-    marks = np.zeros(len(arrays.tasks), dtype=np.int8)
-    for ids, bit in ((reclaim, 1), (st.evicting, 2)):
-        for task_id in ids:
-            i = arrays.position.get(task_id)
-            if i is not None:
-                marks[i] |= bit
-    return _digest(signatures[positions], marks[positions])
+    return _digest(signatures[positions], _mask(st, arrays, reclaim)[positions], _mask(st, arrays, st.evicting)[positions])
+
+
+def _mask(st: CycleState, arrays: RunningArrays, ids: set[str] | frozenset[str]) -> np.ndarray:
+    """Per running task: is it in `ids`? Once per set in a cycle — a tenant's reclaimable
+    work is one set object for the cycle (cycle_preempt._reclaimable_ids), thousands of ids
+    on a busy estate; the evicted set only grows within a cycle, so its size is its version."""
+    key = (id(ids), len(ids))
+    found = st.id_masks.get(key)
+    if found is None or found[0] is not ids:
+        mask = np.zeros(len(arrays.tasks), dtype=bool)
+        mask[[i for i in map(arrays.position.get, ids) if i is not None]] = True
+        found = st.id_masks[key] = (ids, mask)  # holds the set: its id is not reused within the cycle
+    return found[1]
 
 
 def _signatures(cx: CycleInputs, st: CycleState, arrays: RunningArrays, positions: np.ndarray) -> np.ndarray:
