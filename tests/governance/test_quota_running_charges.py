@@ -101,3 +101,71 @@ def test_placements_of_finished_work_are_forgotten() -> None:
         QuotaBook(quotas, MODELS, POOLS).charge_running(running)
         QuotaBook(quotas, MODELS, POOLS).charge_running([])  # a what-if book forgets nothing
     assert len(quota_module._RunningCharges._current.amounts) <= 2 * 20 + 1024 + 20
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_a_book_of_the_same_work_plus_newcomers_charges_only_them_and_agrees_exactly(seed: int, monkeypatch) -> None:
+    """Back-to-back passes: mostly work that starts after everything charged (charged alone,
+    on top of the last book's charges), now and then work that ends, is re-placed, started
+    earlier than the latest (a late-recorded start), or a what-if book charged with nothing
+    in between. Every book equals one charged from scratch — sums and borrowing flags
+    exactly, charging order included — and the passes with only newcomers charge only them."""
+    rng = random.Random(seed)
+    quotas = _quotas()
+    clock = T0 + timedelta(hours=2)
+    running = {f"t{i}": _task(rng, i) for i in range(30)}
+    next_id, charged = 30, []
+    real_charge = QuotaBook._charge_in_order
+    monkeypatch.setattr(
+        QuotaBook,
+        "_charge_in_order",
+        lambda self, memo, ordered, used: (charged.extend(r.id for r in ordered), real_charge(self, memo, ordered, used)),
+    )
+    quota_module._RunningCharges._current = None
+    QuotaBook(quotas, MODELS, POOLS).charge_running(list(running.values()))  # the first pass: all from scratch
+    fast = 0
+    for _ in range(60):
+        event, newcomers = rng.random(), []
+        if event < 0.6:
+            for _ in range(rng.randint(0, 3)):
+                clock += timedelta(seconds=rng.choice([0, 1, 5]))  # ties on the clock: the id orders them
+                task = _task(rng, next_id)
+                running[task.id] = RunningTask(task.id, task.tenant, 1, task.task_type, task.allocations, clock, None, env="dev")
+                newcomers.append(task.id)
+                next_id += 1
+        elif event < 0.65 and running:
+            running.pop(rng.choice(sorted(running)))
+        elif event < 0.7 and running:  # placed elsewhere under the same start (only the placement differs)
+            r = running[rng.choice(sorted(running))]
+            other = _task(rng, 0).allocations
+            running[r.id] = RunningTask(r.id, r.tenant, 1, r.task_type, other, r.started_at, None, env="dev")
+        elif event < 0.8 and running:
+            task_id = rng.choice(sorted(running))
+            running[task_id] = _task(rng, int(task_id[1:]))
+        elif event < 0.9:  # started before the latest charged
+            running[f"t{next_id}"] = _task(rng, next_id)
+            next_id += 1
+        else:
+            QuotaBook(quotas, MODELS, POOLS).charge_running([])  # a what-if book
+        charged.clear()
+        book = QuotaBook(quotas, MODELS, POOLS)
+        book.charge_running(list(running.values()))
+        if event < 0.6:
+            assert sorted(charged) == sorted(newcomers)  # only they were charged
+            fast += 1
+            # The next pass sees the same placements rebuilt (new objects, equal values): still only newcomers.
+            running = {
+                t: RunningTask(
+                    r.id, r.tenant, 1, r.task_type, tuple(Allocation(*vars(a).values()) for a in r.allocations), r.started_at, None, env="dev"
+                )
+                for t, r in running.items()
+            }
+        kept = quota_module._RunningCharges._current
+        fresh = _from_scratch(quotas, list(running.values()))
+        quota_module._RunningCharges._current = kept
+        assert book.used == fresh.used  # the same sums, bit for bit
+        assert {t: (c.amounts, c.borrowing) for t, c in book.charged.items()} == {t: (c.amounts, c.borrowing) for t, c in fresh.charged.items()}
+        assert list(book.charged) == list(fresh.charged)  # the same charging order
+        book.charge("admitted-now", ("org/a", "dev", "training"), [])  # a cycle's own charges stay its own
+        assert "admitted-now" not in QuotaBook(quotas, MODELS, POOLS).charged
+    assert fast > 20

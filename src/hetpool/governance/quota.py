@@ -283,10 +283,27 @@ class QuotaBook:
     def charge_running(self, running: Iterable[RunningTask]) -> None:
         """Charge the work that holds capacity, in start order: whoever went past a nominal
         amount first is the one borrowing (and the first reclaimed). The live scheduler and
-        the simulator both build their book this way, so they agree on who borrows."""
+        the simulator both build their book this way, so they agree on who borrows.
+
+        A fresh book charged with what the previous one was (same configuration) plus work
+        that started after all of it starts from that book's charges and charges only the
+        newcomers: the same charges in the same order, so the same sums and flags. Between
+        two back-to-back passes nothing may have ended, and then the rest is the
+        newcomers (~60 ms a pass at 5,000 nodes before). Anything ended or re-placed:
+        charged from scratch."""
         memo = self._running_memo
-        used = []
-        for r in sorted(running, key=lambda r: (r.started_at, r.id)):
+        running = list(running)
+        if not self.charged and not self.used and self._charge_newcomers(memo, running):
+            return
+        used: list[tuple] = []
+        self._charge_in_order(memo, sorted(running, key=lambda r: (r.started_at, r.id)), used)
+        memo.forget_all_but(used)
+        memo.remember(self, running)
+
+    def _charge_in_order(self, memo: _RunningCharges, ordered: list[RunningTask], used: list) -> None:
+        """Charge `ordered` in that order, each placement's charges from the memo (its key appended to `used`)."""
+        charge = self._charge_amounts
+        for r in ordered:  # per running task, every pass: lean
             task_type = r.task_type.value
             key = (id(r.allocations), r.tenant, r.env, task_type)
             used.append(key)
@@ -297,8 +314,34 @@ class QuotaBook:
                     for a in r.allocations
                 ]
                 found = memo.keep(key, r.allocations, self._amounts(r.tenant, str(r.env), task_type, held))
-            self._charge_amounts(r.id, r.tenant, str(r.env), task_type, found[1])
-        memo.forget_all_but(used)
+            charge(r.id, r.tenant, str(r.env), task_type, found[1])
+
+    def _charge_newcomers(self, memo: _RunningCharges, running: list[RunningTask]) -> bool:
+        """Start from the last book's charges when `running` is its work, unchanged, plus
+        work that sorts after all of it (see charge_running); False: it is not."""
+        last = memo.last
+        if last is None or len(running) < len(last.running):
+            return False  # something ended (the steady state): not worth a look
+        tasks, newcomers, latest = last.tasks(), [], None
+        for r in running:  # per running task, every back-to-back pass: lean
+            kept = tasks.get(r.id)
+            if kept is None:
+                latest = latest or last.latest()
+                if (r.started_at, r.id) <= latest:
+                    return False  # started before work already charged: the flags after it may change
+                newcomers.append(r)
+            elif kept is not r and not _charges_alike(kept, r):
+                return False  # re-placed or changed: its place in the order and its charges may differ
+        if len(running) - len(newcomers) != len(tasks):
+            return False  # duplicate ids: charged from scratch as they come
+        newcomers.sort(key=lambda r: (r.started_at, r.id))
+        self.used, self.charged = dict(last.used), dict(last.charged)
+        self._charge_in_order(memo, newcomers, [])
+        if newcomers:  # the last book is now this one: its task table grows in place (the memo's own)
+            for r in newcomers:
+                tasks[r.id] = r
+            memo.last = _LastBook(running, dict(self.used), dict(self.charged), tasks, (newcomers[-1].started_at, newcomers[-1].id))
+        return True
 
     def release(self, task_id: str) -> None:
         record = self.charged.pop(task_id, None)
@@ -435,6 +478,13 @@ class _RunningCharges:
     def __init__(self, config: tuple, refs: tuple) -> None:
         self.config, self.refs = config, refs  # refs: the objects whose ids the config holds
         self.amounts: dict[tuple, tuple] = {}
+        self.last: _LastBook | None = None  # what the last book was charged with (QuotaBook._charge_newcomers)
+
+    def remember(self, book: QuotaBook, running: list[RunningTask]) -> None:
+        """The charges of a book just charged with `running` (a book charged with nothing,
+        a what-if, leaves the last one alone)."""
+        if running:
+            self.last = _LastBook(running, dict(book.used), dict(book.charged))
 
     @classmethod
     def for_book(cls, quotas: dict, models: dict, pool_models: dict) -> _RunningCharges:
@@ -461,6 +511,35 @@ class _RunningCharges:
             self.amounts = {}  # bounded: placements long gone are forgotten with the rest
         found = self.amounts[key] = (allocations, amounts)
         return found
+
+
+@dataclass
+class _LastBook:
+    """A book's charges right after charge_running, and what it was charged with (its
+    task table and latest start worked out when first asked: in the steady state, where
+    work ends between passes, they never are)."""
+
+    running: list[RunningTask]
+    used: dict[tuple[str, str], float]
+    charged: dict[str, _Charged]  # the records are never changed once made: shared between books
+    _tasks: dict[str, RunningTask] | None = None  # by id
+    _latest: tuple | None = None  # the last (started at, id) in charging order
+
+    def tasks(self) -> dict[str, RunningTask]:
+        if self._tasks is None:
+            self._tasks = {r.id: r for r in self.running}
+        return self._tasks
+
+    def latest(self) -> tuple:
+        if self._latest is None:
+            self._latest = max((r.started_at, r.id) for r in self.running)
+        return self._latest
+
+
+def _charges_alike(a: RunningTask, b: RunningTask) -> bool:
+    """Are two records of a running task charged alike, in the same place of the order?"""
+    same = a.tenant == b.tenant and a.env == b.env and a.task_type == b.task_type and a.started_at == b.started_at
+    return same and (a.allocations is b.allocations or a.allocations == b.allocations)
 
 
 def _facts(spec_or_facts) -> tuple[str, str, str]:
