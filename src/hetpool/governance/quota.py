@@ -337,9 +337,8 @@ class QuotaBook:
         newcomers.sort(key=lambda r: (r.started_at, r.id))
         self.used, self.charged = dict(last.used), dict(last.charged)
         self._charge_in_order(memo, newcomers, [])
-        if newcomers:  # the last book is now this one: its task table grows in place (the memo's own)
-            for r in newcomers:
-                tasks[r.id] = r
+        if newcomers:  # the last book is now this one (its own task table: another thread may be reading the old one)
+            tasks = {**tasks, **{r.id: r for r in newcomers}}
             memo.last = _LastBook(running, dict(self.used), dict(self.charged), tasks, (newcomers[-1].started_at, newcomers[-1].id))
         return True
 
