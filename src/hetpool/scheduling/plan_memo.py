@@ -3,8 +3,9 @@
 On a busy estate with quotas the same heads plan a preemption cycle after cycle, and each
 plan ends the same way: the quota book refuses it ("it would have to borrow, and 3 task(s)
 of other tenants run within their own quota"), or no set of victims lets the head fit. At
-2,000 nodes, back-to-back cycles planned ~30 such plans each — about a third of a cycle —
-for the same heads, tens of cycles running (bench/scheduler_throughput.py, steady_busy).
+2,000 nodes, back-to-back cycles planned ~30 such plans each — a fifth to a quarter of a
+cycle — for the same heads, tens of cycles running (bench/scheduler_throughput.py,
+steady_busy).
 
 A plan is a pure function of what it reads (cycle_preempt.plan_preemption → find_victims,
 quota_blocks_plan). This memo keeps, per head, a **fingerprint** of all of it with the
