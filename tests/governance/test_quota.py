@@ -93,3 +93,33 @@ def test_a_task_without_any_quota_is_free_and_top_level_quotas_cannot_borrow() -
     assert solo.check(task("other/x"), a100(100)).ok
     verdict = solo.check(task("org"), a100(3))
     assert not verdict.ok and "siblings can lend 0" in verdict.reason
+
+
+def test_the_state_key_changes_with_what_a_check_reads_and_nothing_else() -> None:
+    """QuotaBook.state_key (scheduling/plan_memo.py): equal keys must mean equal verdicts,
+    and a change elsewhere must leave the key alone. An NPU head's key follows its own and
+    its cohort's NPU usage; a GPU charge anywhere, or usage in another cohort, does not
+    move it; the head's verdict under equal keys is the same."""
+    limits = ({"resource": "gpu", "nominal": 8}, {"resource": "npu", "nominal": 8})
+    b = book(quota("a", "org/a", *limits), quota("b", "org/b", *limits), quota("z", "other/z", *limits))
+    head, on_npu, on_both = task("org/a"), [("910b", "ascend-910b3")], [("910b", "ascend-910b3"), ("a100", "nvidia-a100-80g")]
+    npu = [Held("910b", "ascend-910b3", 4, 1, 1)]
+    before = b.state_key(head, on_npu)
+    verdict = b.check(head, npu)
+    b.charge("g1", task("org/b"), a100(4))  # a sibling's GPU work: not read by an NPU check
+    b.charge("z1", task("other/z"), npu)  # another cohort's NPU work: not read either
+    assert b.state_key(head, on_npu) == before and b.check(head, npu) == verdict
+    assert b.state_key(head, on_both) != b.state_key(head, on_npu)  # a head that may land on GPUs reads their usage
+    b.charge("n1", task("org/b"), npu)  # a sibling's NPU work: what it can lend changed
+    assert b.state_key(head, on_npu) != before
+    after_sibling = b.state_key(head, on_npu)
+    b.charge("n2", task("org/a"), npu)  # its own NPU work
+    assert b.state_key(head, on_npu) != after_sibling
+    b.release("n2")
+    assert b.state_key(head, on_npu) == after_sibling
+    # Fresh books of the same quota objects agree; quotas applied again (other objects, here
+    # another nominal) are another configuration, even with nothing charged.
+    same = (quota("a", "org/a", *limits), quota("b", "org/b", *limits))
+    assert book(*same).state_key(head, on_npu) == book(*same).state_key(head, on_npu)
+    reapplied = (quota("a", "org/a", {"resource": "npu", "nominal": 4}), same[1])
+    assert book(*reapplied).state_key(head, on_npu) != book(*same).state_key(head, on_npu)
