@@ -322,8 +322,8 @@ class Evictable:
 def open_parking(snapshot: Snapshot, policy, running: list[RunningTask], quota, queued: dict, now: datetime) -> tuple[Parking, Evictable]:
     """The parking of this snapshot, with every head whose wait may have changed let go;
     also the evictable counts per pool (for parking this cycle's waits). `queued`: task id
-    → (queue, level, tenant, its line entry: .item and .rank, its priority rank now) of the
-    queued tasks (QueueOrder.where); a head not in it is no longer queued."""
+    → its line entry (.item, and .rank: its priority rank now) for the queued tasks
+    (QueueOrder.where); a head not in it is no longer queued."""
     park: Parking = snapshot.parking.setdefault("state", Parking())
     key = repr(policy)
     if not policy.park_waiting or park.policy_key != key:
@@ -345,7 +345,7 @@ def open_parking(snapshot: Snapshot, policy, running: list[RunningTask], quota, 
     groups, reserving, gone = park.wake_groups, {}, []
     for task_id, p in park.parked.items():
         found = queued.get(task_id)
-        if found is None or found[3].item.spec is not p.spec or found[3].rank != p.rank:
+        if found is None or found.item.spec is not p.spec or found.rank != p.rank:
             gone.append(task_id)
             continue
         group = groups.get(p.wake)

@@ -147,10 +147,11 @@ def tenant_weight(weights: dict[str, float]) -> Callable[[str], float]:
 class _Entry:
     """A queued task in a line (a plain class: 40,000 are made every cycle)."""
 
-    __slots__ = ("queued_at", "id", "rank", "tenant", "item")
+    __slots__ = ("queued_at", "id", "rank", "tenant", "item", "line")
 
     def __init__(self, queued_at: datetime, task_id: str, rank: int, tenant: str, item: object) -> None:
         self.queued_at, self.id, self.rank, self.tenant, self.item = queued_at, task_id, rank, tenant, item
+        self.line: tuple[str, int, str] = ("", 0, "")  # (queue, level, tenant) of its line, set by QueueOrder
 
 
 _AGE_THEN_ID = itemgetter(1, 2)
@@ -206,7 +207,7 @@ class QueueOrder:
         self.heaps: dict[tuple[str, int], list] = defaultdict(list)
         self.blocked: set[str] = set()
         self.paused: set[str] = set()  # at their share of a bounded cycle's front (cycle_heads.heads): resumed later
-        self.where: dict[str, tuple[str, int, str, _Entry]] = {}  # task id → (queue, level, tenant, entry): see take(), entry()
+        self.where: dict[str, _Entry] = {}  # task id → its entry (.line: (queue, level, tenant)): see take(), entry()
         # Per queue: its best head and the fair-share epoch it was found at. A pop changes
         # only the popped queue's head, and an admission (which changes shares) is rare next
         # to the heads passed over, so most pops look at one queue's heaps, not every queue's.
@@ -231,7 +232,8 @@ class QueueOrder:
                 group = groups[key] = []
                 self.queues.setdefault(queue.name, queue)
             group.append(entry)
-            where[task_id] = (*key, entry)
+            entry.line = key
+            where[task_id] = entry
         for (name, level, tenant), entries in groups.items():
             self.lines[name][level][tenant] = deque(entries)
         for name, levels in self.lines.items():
@@ -326,10 +328,10 @@ class QueueOrder:
     def take(self, task_id: str):
         """(queue, item) for one task, out of turn (a preemptor claiming what it freed); None
         when it is not here, already handed out, or not the head of its FIFO queue."""
-        where = self.where.get(task_id)
-        if where is None or where[0] in self.blocked:
+        found = self.where.get(task_id)
+        if found is None or found.line[0] in self.blocked:
             return None
-        name, level, tenant, _ = where
+        name, level, tenant = found.line
         line = self.lines[name][level][tenant]
         entry = next((e for e in line if e.id == task_id), None)
         if entry is None or (level == _FIFO_LEVEL and line[0] is not entry):
@@ -340,8 +342,8 @@ class QueueOrder:
 
     def entry(self, task_id: str):
         """(item, priority rank now) of a queued task, handed out or not; None: not queued."""
-        where = self.where.get(task_id)
-        return None if where is None else (where[3].item, where[3].rank)
+        found = self.where.get(task_id)
+        return None if found is None else (found.item, found.rank)
 
     def left(self) -> int:
         """Items not handed out (in no blocked queue)."""
