@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 import pytest
 
 from hetpool.core.policy import SchedulingPolicySpec
-from tests.sim.twin_estates import Estate, honest_workload, make_estate, same_events
+from tests.sim.twin_estates import Estate, make_estate, same_arrivals, same_events
 
 T0 = datetime(2026, 1, 2, tzinfo=UTC)
 
@@ -35,11 +35,8 @@ def _actions(result) -> list[tuple]:
 def test_parking_changes_no_admission_and_no_eviction(seed: int) -> None:
     parked, plain = _estate(True), _estate(False)
     rng = random.Random(seed)
-    now, next_id, decided = T0, 0, {True: 0, False: 0}
-    for item in honest_workload(80, random.Random(seed + 100), next_id, now):
-        parked.queue[item.id] = item
-        plain.queue[item.id] = item
-    next_id += 80
+    now, decided = T0, {True: 0, False: 0}
+    next_id = same_arrivals((parked, plain), 80, seed + 100, now)
     passed_over = 0
     for _ in range(16):
         results = {}

@@ -15,7 +15,7 @@ import pytest
 
 from hetpool.core.policy import SchedulingPolicySpec
 from hetpool.scheduling import plan_memo
-from tests.sim.twin_estates import Estate, honest_workload, make_estate, same_events
+from tests.sim.twin_estates import Estate, make_estate, same_arrivals, same_events
 
 T0 = datetime(2026, 1, 2, tzinfo=UTC)
 
@@ -44,11 +44,8 @@ def test_the_memo_changes_no_decision(seed: int) -> None:
     policy = SchedulingPolicySpec()
     with_memo, without = make_estate(policy), make_estate(policy)
     rng = random.Random(seed)
-    now, next_id = T0, 0
-    for item in honest_workload(120, random.Random(seed + 100), next_id, now):
-        with_memo.queue[item.id] = item
-        without.queue[item.id] = item
-    next_id += 120
+    now = T0
+    next_id = same_arrivals((with_memo, without), 120, seed + 100, now)
     for _ in range(10):
         for _ in range(3):  # back-to-back passes: nothing changes in between
             a, b = _cycle(with_memo, now, True), _cycle(without, now, False)

@@ -15,7 +15,7 @@ import pytest
 
 from hetpool.core.policy import SchedulingPolicySpec
 from hetpool.scheduling import cycle as cycle_module
-from tests.sim.twin_estates import Estate, honest_workload, make_estate, same_events
+from tests.sim.twin_estates import Estate, honest_workload, make_estate, same_arrivals, same_events
 
 T0 = datetime(2026, 1, 2, tzinfo=UTC)
 
@@ -36,11 +36,8 @@ def _decided(result) -> list[tuple]:
 def test_settling_changes_no_decision(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     settling, plain = _estate(), _estate()
     rng = random.Random(seed)
-    now, next_id = T0, 0
-    for item in honest_workload(160, random.Random(seed + 100), next_id, now):
-        settling.queue[item.id] = item
-        plain.queue[item.id] = item
-    next_id += 160
+    now = T0
+    next_id = same_arrivals((settling, plain), 160, seed + 100, now)
     skipped = 0
     for _ in range(14):
         result, _ = settling.cycle(now)

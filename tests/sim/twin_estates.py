@@ -19,7 +19,7 @@ from hetpool.catalog.devices import DeviceCatalog  # noqa: E402
 from hetpool.core.policy import SchedulingPolicySpec  # noqa: E402
 from hetpool.scheduling.snapshot import build_snapshot  # noqa: E402
 
-__all__ = ["Estate", "honest_workload", "make_estate", "same_events"]
+__all__ = ["Estate", "honest_workload", "make_estate", "same_arrivals", "same_events"]
 
 
 def make_estate(policy: SchedulingPolicySpec, nodes: int = 24) -> Estate:
@@ -51,3 +51,11 @@ def same_events(estates: tuple[Estate, ...], rng: random.Random, now: datetime, 
             index = e.snapshot.node_by_name[flip]
             e.snapshot.node_healthy[index] = not e.snapshot.node_healthy[index]
     return now, next_id + most_arrivals
+
+
+def same_arrivals(estates: tuple[Estate, ...], count: int, seed: int, now: datetime) -> int:
+    """The same `count` tasks of the honest mix queued in every estate (ids from 0); the next free id."""
+    for item in honest_workload(count, random.Random(seed), 0, now):
+        for e in estates:
+            e.queue[item.id] = item
+    return count
