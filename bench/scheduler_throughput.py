@@ -166,9 +166,12 @@ def progress(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def drain(estate: Estate, now: datetime, max_cycles: int) -> tuple[list[float], int, int]:
+def drain(estate: Estate, now: datetime, max_cycles: int, step_s: float) -> tuple[list[float], int, int, datetime]:
+    """Cycles until nothing more is admitted, `step_s` apart on the scheduler's clock (the
+    server's passes follow one another: the clock moves by about a pass each time)."""
     cycle_ms, placed, evicted, idle = [], 0, 0, 0
-    for _ in range(max_cycles):
+    for i in range(max_cycles):
+        now += timedelta(seconds=step_s if i else 0.0)
         result, out = estate.cycle(now)
         cycle_ms.append(result.duration_s * 1000)
         evicted += out
@@ -180,7 +183,7 @@ def drain(estate: Estate, now: datetime, max_cycles: int) -> tuple[list[float], 
             break
         if not estate.queue:
             break
-    return cycle_ms, placed, evicted
+    return cycle_ms, placed, evicted, now
 
 
 def steady(estate: Estate, now: datetime, cycles: int, step_s: float, arrivals: int, rng: random.Random, make, first_id: int) -> dict:
@@ -221,6 +224,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--cpu-share", type=float, default=0.0, help="share of CPU-only nodes (accelerator nodes are 8-device)")
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--max-cycles", type=int, default=200)
+    parser.add_argument("--drain-step", type=float, default=2.0, help="seconds the clock moves between drain cycles (about a pass at 5,000 nodes)")
+    parser.add_argument("--estimate-interval", default=None, help="policy.estimate_interval, e.g. 0s: forecast every cycle (default: the policy's)")
     parser.add_argument("--steady-cycles", type=int, default=20)
     parser.add_argument("--steady-step", type=float, default=120.0, help="simulated seconds between steady-state cycles")
     parser.add_argument("--arrivals", type=int, default=100, help="tasks arriving before each steady-state cycle")
@@ -247,7 +252,8 @@ def run(args) -> dict:
     accel_rows = ~snapshot.row_is_cpu
     accelerators = int(snapshot.device_totals()[accel_rows].sum())
     now = datetime(2026, 1, 2, tzinfo=UTC)
-    policy = SchedulingPolicySpec() if args.max_heads is None else SchedulingPolicySpec(max_heads_per_cycle=args.max_heads)
+    fields = {"max_heads_per_cycle": args.max_heads, "estimate_interval": args.estimate_interval}
+    policy = SchedulingPolicySpec(**{k: v for k, v in fields.items() if v is not None})
     if args.flat:
         estate = Estate(snapshot, models, kb, policy=policy)
         make = lambda n, r, start, t0: flat_workload(n, r, start)  # noqa: E731
@@ -264,7 +270,7 @@ def run(args) -> dict:
     shapes = len({q.spec.placement_shape for q in queue})
     for item in queue:
         estate.queue[item.id] = item
-    cycle_ms, placed, evicted = drain(estate, now, args.max_cycles)
+    cycle_ms, placed, evicted, now = drain(estate, now, args.max_cycles, args.drain_step)
     used = int((snapshot.device_totals() - snapshot.whole_free())[accel_rows].sum())
     report = {
         "benchmark": "scheduler_throughput",
@@ -279,6 +285,8 @@ def run(args) -> dict:
         "quotas": len(estate.quotas),
         "queues": len(estate.queues) or 1,
         "max_heads_per_cycle": policy.max_heads_per_cycle,
+        "estimate_interval": policy.estimate_interval,
+        "drain_step_s": args.drain_step,
         "gc": "default" if args.default_gc else "server",
         **summary(cycle_ms, placed, evicted),
         "still_queued": len(estate.queue),

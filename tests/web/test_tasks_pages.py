@@ -192,6 +192,41 @@ def test_a_waiting_task_says_why_and_a_placed_one_shows_its_fallback(ctx: Servic
     assert re.search(r'id="plan-summary"[^>]*>([^<]*)<', chinese_plan).group(1).startswith("现在即可回退到 ")
 
 
+def test_between_forecasts_the_page_dates_the_estimate_and_says_when_a_new_task_will_get_one(
+    ctx: ServiceContext, browser_client: TestClient, admin_api: TestClient
+) -> None:
+    # Two Ascend gangs for one node: the second waits and is forecast in the first pass. A
+    # third, submitted before the forecast interval (policy.estimate_interval, 30 s) has
+    # passed, is told when the next forecast is due; the second keeps its estimate, dated.
+    pangu = {**example_task("mindspore-ascend.yaml"), "runtime_estimate": "2h"}
+    ids = [submitted(admin_api, {**pangu, "name": f"pangu-{i}"}) for i in range(2)]
+    schedule_once(ctx)
+    waiting = next(i for i in ids if state_of(admin_api, i) == "queued")
+    # Lower priority: behind the others in hand-out order, so that it does not take the
+    # queue's reservation (its start would then be that promise, made in this pass).
+    late = submitted(admin_api, {**pangu, "name": "pangu-late", "priority": "low"})
+    schedule_once(ctx)
+
+    first = admin_api.get(f"/api/v1/tasks/{waiting}").json()["pending"]
+    new = admin_api.get(f"/api/v1/tasks/{late}").json()["pending"]
+    assert first["eta_basis"] in ("forecast", "reservation") and first["estimated_at"]
+    assert new["eta_basis"] == "pending" and new["estimated_start"] is None and new["next_estimate_at"], (
+        {k: v for k, v in first.items() if k not in ("attempts", "summary", "reasons")},
+        {k: v for k, v in new.items() if k not in ("attempts", "summary", "reasons")},
+    )
+
+    page = browser_client.get(f"/tasks/{late}").text
+    assert attr(page, "pending-eta", "data-eta-basis") == "pending"
+    assert re.search(r'id="pending-eta"[^>]*>not estimated yet: the next forecast is due \d{4}-\d\d-\d\d \d\d:\d\d:\d\d<', page)
+    assert "its start is estimated by the next forecast (due " in re.search(r'id="pending-summary"[^>]*>([^<]*)<', page).group(1)
+    chinese = browser_client.get(f"/tasks/{late}?lang=zh-CN").text
+    assert re.search(r'id="pending-eta"[^>]*>尚未估算：下一次预测预计于 \d{4}-', chinese)
+    assert "开始时间由下一次预测估算" in re.search(r'id="pending-summary"[^>]*>([^<]*)<', chinese).group(1)
+    dated = browser_client.get(f"/tasks/{waiting}").text
+    assert re.search(r'id="pending-eta-at">as of \d{4}-\d\d-\d\d \d\d:\d\d:\d\d<', dated)
+    assert re.search(r'id="pending-eta-at">（估算于 \d{4}-', browser_client.get(f"/tasks/{waiting}?lang=zh-CN").text)
+
+
 def test_invalid_input_shows_the_apis_message_and_keeps_what_was_typed(browser_client: TestClient, admin_api: TestClient) -> None:
     bad_tenant = browser_client.post(
         "/tasks/new/plan", data=form(browser_client, template="data-prep", name="keep-me", tenant="nobody/x", command="echo kept")

@@ -72,6 +72,13 @@ class SchedulingPolicySpec(ObjectSpec):
     aging_per_hour: bounded(0, le=100) = Field(default=0.5, description="priority-rank points gained per hour of waiting (no starvation)")
     wait_for_preferred: bool = Field(default=True, description="wait for busy preferred devices when that finishes earlier than a substitute")
     estimate_horizon: int = Field(default=200, ge=0, le=10000, description="pending tasks that get a start-time estimate each cycle")
+    estimate_interval: Duration = Field(
+        default="30s",
+        description=(
+            "how often the start-time forecast is recomputed (as Slurm's bf_interval); in between, waiting tasks keep the last"
+            " forecast's estimates, dated by `estimated_at`; 0s: every cycle"
+        ),
+    )
     max_heads_per_cycle: int = Field(
         default=2000,
         ge=0,
@@ -109,6 +116,10 @@ class SchedulingPolicySpec(ObjectSpec):
     @cached_property
     def backfill_overrun_allowance_s(self) -> float:
         return parse_duration(self.backfill_overrun_allowance)
+
+    @cached_property
+    def estimate_interval_s(self) -> float:
+        return parse_duration(self.estimate_interval)
 
     @cached_property
     def preempt_exempt_time_s(self) -> float:

@@ -72,6 +72,7 @@ from hetpool.scheduling.explain import (
 )
 from hetpool.scheduling.filters import CompatCheck, memoized
 from hetpool.scheduling.forecast import attach_estimates
+from hetpool.scheduling.forecast_interval import forecast_due, owe, unestimated
 from hetpool.scheduling.parking import close_parking, grown_pools, open_parking
 from hetpool.scheduling.queueing import MAX_RANK, QueueOrder, RankMemo, route
 from hetpool.scheduling.quota_fit import never_within_quota
@@ -202,7 +203,10 @@ def _run_cycle(
     park, st.park_counts = open_parking(st.working, policy, cx.running, quota, st.order.where, now)
     st.parked, st.grown, st.grown_pools = park.parked, park.grown, grown_pools(snapshot, park.grown)
     st.reserves_owed, st.wake_groups = park.reserves_owed, park.wake_groups
-    skip = (lambda q, item: still_parked(cx, st, q, item)) if st.parked else None
+    # The forecast's cycle lets go the parked tasks told "pending" since the last one (forecast_interval.py).
+    due = estimate and policy.estimate_horizon > 0 and forecast_due(snapshot.parking, now, policy)
+    let_go = unestimated(snapshot.parking, due)
+    skip = (lambda q, item: item.id not in let_go and still_parked(cx, st, q, item)) if st.parked else None
     for q, item in heads(st, blame, policy.max_heads_per_cycle, snapshot.scan_cursor, snapshot.preemptors, skip):
         blame.task_id = item.id
         if claims.give_back(item.id):
@@ -221,7 +225,9 @@ def _run_cycle(
     if policy.park_waiting:
         candidates = {task_id: (cand, candidate_pools(cx, st, cand), st.order.entry(task_id)[1]) for task_id, cand in st.parkable.items()}
         close_parking(park, st.working, st.decisions, candidates, st.park_counts, st.deferred, now)
-    requeue(cx, st, estimate)
+    pending = requeue(cx, st, estimate, due)
+    if estimate:
+        owe(snapshot.parking, due, pending, {d.task_id for d in st.decisions}, st.order.where)
     reservations, carried = list(st.reservations.values()), st.carried + st.order.left()
     duration = time.perf_counter() - started
     parked = st.parked_over + st.order.skipped
@@ -560,14 +566,18 @@ def reserve_or_block(cx: CycleInputs, st: CycleState, cand: Candidate, decision:
 # ----------------------------------------------------------------- 8. requeue
 
 
-def requeue(cx: CycleInputs, st: CycleState, estimate: bool) -> None:
+def requeue(cx: CycleInputs, st: CycleState, estimate: bool, due: bool = True) -> set[str]:
     """The tasks behind blocked FIFO heads wait with that reason; then every waiting task
     gets its position and estimated start (see forecast.attach_estimates) and, if it has a
-    deadline, whether that is at risk (deadlines.mark_at_risk)."""
+    deadline, whether that is at risk (deadlines.mark_at_risk). Returns the tasks whose
+    estimate waits for the next forecast (`due`: this cycle forecasts; forecast_interval.py)."""
     for q, item in st.order.remaining(blocked_only=True):
         info = Explanation(Reason.BEHIND_FIFO_HEAD, True, facts={"queue": q.name})
         st.wait(item, Decision(item.id, False, NO_PLACEMENT, info, q.name))
-    horizon = cx.policy.estimate_horizon
+    horizon, pending = cx.policy.estimate_horizon, set()
     if estimate and st.waiting and horizon:
-        attach_estimates(cx.snapshot, st.working, st.waiting, cx.running, st.decisions, cx.compat_check, cx.now, cx.models, horizon, cx.blame)
+        pending = attach_estimates(
+            cx.snapshot, st.working, st.waiting, cx.running, st.decisions, cx.compat_check, cx.now, cx.models, horizon, cx.blame, cx.policy, due
+        )
     mark_at_risk(cx.snapshot, st.waiting, st.decisions, cx.now, cx.models)
+    return pending

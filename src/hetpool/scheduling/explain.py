@@ -92,6 +92,7 @@ ETA_FORECAST = "forecast"  # the queue forecast walked running ends and the task
 ETA_RESERVATION = "reservation"  # the start of the nodes held for it
 ETA_BEYOND_HORIZON = "beyond_horizon"  # not within the forecast horizon: no start is promised
 ETA_NONE = "none"  # no estimate applies (never fits, exceeds its quota, no runtime estimates)
+ETA_PENDING = "pending"  # queued since the last forecast (policy.estimate_interval): estimated by the next one
 
 # Appended to the summary of a waiting task the forecast found no start for (eta_basis
 # beyond_horizon), so that "no estimate" is said rather than shown as a bare null.
@@ -100,6 +101,9 @@ BEYOND_HORIZON_TEMPLATE = "; no start within the forecast horizon ({horizon} que
 # Appended to a wait when capacity it could use now is held for preempting tasks (the fact
 # `held_for_preemptors`, see claims.py): the devices look free, and this says why it waits.
 HELD_FOR_PREEMPTORS_TEMPLATE = "; capacity it could use is held for {count} preempting task(s) until they start"
+
+# Appended to the summary of a task queued since the last forecast (eta_basis pending).
+ETA_PENDING_TEMPLATE = "; its start is estimated by the next forecast (due {next_estimate_at})"
 
 # Appended when a waiting task is expected to finish after its deadline (the facts
 # `deadline_at_risk`, `deadline` and `deadline_late_s`, see deadlines.mark_at_risk), and to
@@ -199,6 +203,8 @@ def render(expl: Explanation, gettext: Callable[[str], str] = _identity) -> str:
         text = gettext(SUMMARY_TEMPLATES[expl.reason]).split(":")[0].split("：")[0].split("{")[0].strip(" —") or expl.reason.value
     if facts.get("eta_basis") == ETA_BEYOND_HORIZON:
         text += gettext(BEYOND_HORIZON_TEMPLATE).format(horizon=facts.get("horizon", "?"))
+    if facts.get("eta_basis") == ETA_PENDING:
+        text += gettext(ETA_PENDING_TEMPLATE).format(next_estimate_at=facts.get("next_estimate_at") or "?")
     if facts.get("estimate_basis") in REVISED_TEMPLATES and facts.get("revised_from"):
         text += gettext(REVISED_TEMPLATES[facts["estimate_basis"]]).format(revised_from=facts["revised_from"])
     if facts.get("held_for_preemptors"):

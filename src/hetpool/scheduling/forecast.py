@@ -30,8 +30,9 @@ from hetpool.core.inventory import DeviceModelSpec, TaskType
 from hetpool.core.tasks import TaskSpec
 from hetpool.scheduling.assign import WorkerPlacement, assign, candidate_groups, one_model_gang
 from hetpool.scheduling.estimate import runtime_on
-from hetpool.scheduling.explain import ETA_BEYOND_HORIZON, ETA_FORECAST, ETA_NONE, ETA_RESERVATION, Explanation, Reason
+from hetpool.scheduling.explain import ETA_BEYOND_HORIZON, ETA_FORECAST, ETA_NONE, ETA_PENDING, ETA_RESERVATION, Explanation, Reason
 from hetpool.scheduling.filters import CompatCheck, memoized, pool_verdict
+from hetpool.scheduling.forecast_interval import LAST_FORECAST_KEY, LastForecast
 from hetpool.scheduling.running import RunningTask
 from hetpool.scheduling.snapshot import Allocation, Snapshot
 
@@ -330,7 +331,9 @@ class _Forecast:
             heapq.heappush(self.events, (end, next(self.seq), tuple(placements)))
 
 
-def attach_estimates(snapshot, working, waiting, running, decisions: list[Decision], compat_check, now, models, horizon, blame) -> None:
+def attach_estimates(
+    snapshot, working, waiting, running, decisions: list[Decision], compat_check, now, models, horizon, blame, policy=None, due: bool = True
+) -> set[str]:
     """Write each waiting task's position and estimated start into its decision's explanation.
 
     A task that can never start as it is (never fits, exceeds its quota) is left out of the
@@ -339,27 +342,65 @@ def attach_estimates(snapshot, working, waiting, running, decisions: list[Decisi
     "reservation" where the task holds one that starts earlier than the forecast says (or
     the forecast found none) — the reserved start is the promise, so the estimate is never
     later than it — or "beyond_horizon" (no start found: `estimated_start` null, and the
-    summary says so). `blame` (the cycle's) is kept naming the admitted task whose runtime
-    is being read."""
+    summary says so). `estimated_at` dates the estimate.
+
+    The forecast walks the running work's ends and up to `horizon` tasks: on a large estate a
+    tenth of a cycle. A cycle within `policy.estimate_interval` of the last forecast (not `due`,
+    see forecast_interval.py) does not walk again: each waiting task keeps what the last forecast said
+    of it (its position is this cycle's; a reservation made since still counts), and a task
+    the last forecast did not cover gets what a forecast now would say past the horizon
+    ("beyond_horizon"), or within it `eta_basis` "pending" and `next_estimate_at` — as Slurm's
+    backfill scheduler revises the start times it shows every bf_interval. Returns the ids of
+    the pending tasks (the next forecast's cycle decides them again: forecast_interval.py).
+    `blame` (the cycle's) is kept naming the admitted task whose runtime is being read."""
     by_id = {d.task_id: d for d in decisions}
-    admitted = _admitted_as_running(decisions, models, now, blame)
     walked = [item for item in waiting if by_id[item.id].explanation.reason not in NO_ESTIMATE]
     for item in waiting:
         if by_id[item.id].explanation.reason in NO_ESTIMATE:
             by_id[item.id].explanation.with_facts(estimated_start=None, estimated_wait_s=None, eta_basis=ETA_NONE)
+    if not due:
+        return _carry(snapshot.parking[LAST_FORECAST_KEY], walked, by_id, now, policy.estimate_interval_s)
+    admitted = _admitted_as_running(decisions, models, now, blame)
     # The forecast answers for each task on its own: a task it cannot estimate says why,
     # and is still scheduled (an estimate is information, not a decision).
     errors: dict[str, str] = {}
     blocked = [item.id for item in walked if by_id[item.id].explanation.reason == Reason.BLOCKED_BY_RESERVATION]
     held_back = {task_id: _blocked_until(by_id[task_id].explanation) for task_id in blocked}
     estimates = forecast_starts(working, walked, running + admitted, compat_check, now, models, horizon=horizon, errors=errors, not_before=held_back)
+    starts = {task_id: (est.start_at, est.pool) for task_id, est in estimates.items()}
+    snapshot.parking[LAST_FORECAST_KEY] = LastForecast(now, horizon, policy, starts, errors)
     for item in walked:
         expl = by_id[item.id].explanation
         if item.id in errors:
             expl.with_facts(estimate_error=errors[item.id])
         est = estimates.get(item.id)
         if est is not None:
-            expl.with_facts(position=est.position, estimated_pool=est.pool, **_eta_facts(est.start_at, _reserved_start(expl), now, horizon))
+            facts = _eta_facts(est.start_at, _reserved_start(expl), now, horizon)
+            expl.with_facts(position=est.position, estimated_pool=est.pool, estimated_at=now.isoformat(), **facts)
+    return set()
+
+
+def _carry(last: LastForecast, walked: list, by_id: dict, now: datetime, interval_s: float) -> set[str]:
+    """Between forecasts: the last one's estimates, dated, with this cycle's positions; the
+    ids of the tasks within the horizon that it did not cover."""
+    pending: set[str] = set()
+    for position, item in enumerate(walked, start=1):
+        expl = by_id[item.id].explanation
+        reserved = _reserved_start(expl)
+        if item.id in last.starts or reserved is not None or position > last.horizon:
+            start, pool = last.starts.get(item.id, (None, None))
+            facts = _eta_facts(start, reserved, now, last.horizon)
+            # A reservation made in this cycle is this cycle's promise; the rest is the last forecast's.
+            at = now if facts["eta_basis"] == ETA_RESERVATION else last.at
+            expl.with_facts(position=position, estimated_pool=pool, estimated_at=at.isoformat(), **facts)
+            if item.id in last.errors:
+                expl.with_facts(estimate_error=last.errors[item.id])
+            continue
+        due = last.at + timedelta(seconds=interval_s)
+        facts = {"estimated_start": None, "estimated_wait_s": None, "eta_basis": ETA_PENDING, "next_estimate_at": due.isoformat()}
+        expl.with_facts(position=position, estimated_pool=None, **facts)
+        pending.add(item.id)
+    return pending
 
 
 # Reasons whose task cannot start as it stands: no forecast, no position.

@@ -95,6 +95,7 @@ SUMMARY_TEXTS = (
     N_("0/{nodes} nodes available: "),
     N_("no candidates"),
     N_("; no start within the forecast horizon ({horizon} queued tasks, running work with a known end)"),
+    N_("; its start is estimated by the next forecast (due {next_estimate_at})"),
     N_("; the work holding it has overrun its estimate (it was due at {revised_from}), so its end was revised"),
     N_("; the work holding it has overrun its estimate (it was due at {revised_from}): its template's past runs say it ends later"),
     N_("; capacity it could use is held for {count} preempting task(s) until they start"),
@@ -131,7 +132,7 @@ def explanation_text(pending: Mapping[str, Any] | None, tr: Translator) -> str:
         facts["blocking_task"] = tr.reason(OTHER_TENANTS_TASK)
     # Times as on the rest of the dashboard (UTC, to the second), not the API's ISO form.
     # The core writes "unknown" for a reservation whose start no runtime estimate gives.
-    for key in ("start_at", "free_at", "revised_from", "deadline"):
+    for key in ("start_at", "free_at", "revised_from", "deadline", "next_estimate_at"):
         if isinstance(facts.get(key), str):
             facts[key] = short_ts(facts[key]) if parse_ts(facts[key]) else tr.reason(facts[key])
     # `reason` only translates (no %-formatting): the core fills the {fields} itself.

@@ -129,6 +129,8 @@ def detail_view(task: TaskResponse, user: Viewer) -> dict:
         "pending": task.pending if state == TaskState.QUEUED.value else None,
         "pending_reasons": (task.pending or {}).get("reasons") or {},
         "pending_eta": short_ts((task.pending or {}).get("estimated_start")),
+        "pending_eta_at": short_ts((task.pending or {}).get("estimated_at")),  # the forecast's time (policy.estimate_interval)
+        "pending_next_estimate": short_ts((task.pending or {}).get("next_estimate_at")),
         "pending_wait": duration((task.pending or {}).get("estimated_wait_s")),
         "approval": task.approval if state == TaskState.PENDING_APPROVAL.value else None,
         "times": [
