@@ -10,8 +10,11 @@ what keeps big gangs from starving behind a stream of small tasks.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from operator import attrgetter
 
 from hetpool.core.clock import as_utc
 from hetpool.core.inventory import DeviceModelSpec
@@ -55,7 +58,19 @@ def release_running(snap: Snapshot, task: RunningTask) -> None:
 
 def by_end(running: list[RunningTask]) -> list[RunningTask]:
     """The work with an expected end, soonest first (the order earliest_fit releases it in)."""
-    return sorted((r for r in running if r.expected_end is not None), key=lambda r: r.expected_end)
+    return sorted((r for r in running if r.expected_end is not None), key=_END)
+
+
+_END = attrgetter("expected_end")
+
+
+def first_endings(running_by_end: list[RunningTask], admitted: list[RunningTask]) -> list[RunningTask]:
+    """`by_end(running + admitted)[:MAX_RELEASES]` from the running work already by end (once
+    per cycle: it is the same all cycle) and the cycle's admissions: a merge that keeps the
+    running work first among equal ends, as the stable sort of the concatenation does, in
+    place of sorting all running work per reservation (~15,000 at 5,000 nodes)."""
+    merged = heapq.merge(running_by_end, by_end(admitted), key=_END)
+    return list(itertools.islice(merged, MAX_RELEASES))
 
 
 # Up to this many tasks are given back one allocation at a time: numpy's fixed cost per
@@ -125,9 +140,13 @@ def reserve(
     running: list[RunningTask],
     compat_check: CompatCheck,
     now: datetime,
+    *,
+    ordered: bool = False,
     **assign_kwargs,
 ) -> Reservation | None:
-    start, result = earliest_fit(snap, task, running, compat_check, now, **assign_kwargs)
+    """Where and from when `task` is held a reservation (None: it fits nowhere, even idle);
+    `ordered`: `running` is already the work with an end, by end (see earliest_fit)."""
+    start, result = earliest_fit(snap, task, running, compat_check, now, ordered=ordered, **assign_kwargs)
     if result is None:
         result = assign(idle, task, compat_check, explain=False, **assign_kwargs)
         if not result.feasible:

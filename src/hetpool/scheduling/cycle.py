@@ -39,7 +39,7 @@ from hetpool.core.inventory import DeviceModelSpec
 from hetpool.core.policy import QueueSpec, SchedulingPolicySpec
 from hetpool.core.tasks import Priority, TaskSpec
 from hetpool.scheduling.assign import Assignment, assign
-from hetpool.scheduling.backfill import PreferredWait, Reservation, prefer_waiting, preferred_only, reserve
+from hetpool.scheduling.backfill import PreferredWait, Reservation, by_end, first_endings, prefer_waiting, preferred_only, reserve
 from hetpool.scheduling.claims import Claims
 from hetpool.scheduling.cycle_heads import heads, note_preemptors
 from hetpool.scheduling.cycle_parked import candidate_pools, may_use, settle, still_parked
@@ -544,7 +544,10 @@ def reserve_or_block(cx: CycleInputs, st: CycleState, cand: Candidate, decision:
         return
     held = None
     if fits_idle and q.name not in st.reservations:
-        held = reserve(item.id, st.working, st.idle(snapshot), spec, cx.running + st.admitted_now, cx.compat_check, cx.now, **cand.kwargs)
+        if st.running_by_end is None:
+            st.running_by_end = by_end(cx.running)  # the same all cycle
+        ending = first_endings(st.running_by_end, st.admitted_now)
+        held = reserve(item.id, st.working, st.idle(snapshot), spec, ending, cx.compat_check, cx.now, ordered=True, **cand.kwargs)
     if held is None:
         st.failed_shapes[cand.shape] = decision
         st.parkable[item.id] = cand

@@ -85,6 +85,7 @@ class CycleState:
     policy_key: str | None = None  # repr of the policy, once per cycle (plan_memo.fingerprint)
     signatures: tuple | None = None  # per running task: its signature, and whether computed (plan_memo._signatures)
     id_masks: dict = field(default_factory=dict)  # (id of a set of task ids, its size) → (the set, a mask over the running work) (plan_memo._mask)
+    evictable_digests: dict = field(default_factory=dict)  # per shape, rank, reclaimable set and evictions: a digest (plan_memo._evictable)
     carried: int = 0  # heads passed over by the rotating scan (cycle_heads.heads)
     # Parking (parking.py): the heads parked as the cycle opened, this cycle's plain waits
     # that may be parked (task id → candidate, its pools, its rank), those whose preemption
@@ -114,6 +115,7 @@ class CycleState:
     # reservation start times and wait-for-preferred count on it ending (the latter also
     # counts the work already waiting for the same devices: see backfill.prefer_waiting).
     admitted_now: list[RunningTask] = field(default_factory=list)
+    running_by_end: list[RunningTask] | None = None  # the running work with an end, by end (cycle.reserve_or_block)
     slowest_runtime: dict[tuple, float | None] = field(default_factory=dict)  # per shape and estimate (cycle_parked.may_use)
     may_use: dict[tuple, bool] = field(default_factory=dict)  # per shape, estimate and reservation (cycle_parked.may_use)
     ending_memo: dict = field(default_factory=dict)  # per preferred pools: the work on them by end (backfill.prefer_waiting)

@@ -133,9 +133,18 @@ def _evictable(cx: CycleInputs, st: CycleState, cand: Candidate, reclaim: frozen
     usable = st.idle_results.get(key)
     if usable is None:
         usable = st.idle_results[key] = _usable_node_mask(cx.snapshot, cand.spec, cx.compat_check, cand.kwargs["allowed_pools"])
-    positions = arrays.candidates(usable, cand.spec.priority.rank, reclaim)
+    # Heads of one shape, rank and tenant read the same work: once per cycle while nothing
+    # was evicted since (the evicted set only grows in a cycle: its size is its version).
+    rank = cand.spec.priority.rank
+    memo_key = (key, rank, id(reclaim), len(reclaim), len(st.evicting))
+    found = st.evictable_digests.get(memo_key)
+    if found is not None and found[0] is reclaim:
+        return found[1]
+    positions = arrays.candidates(usable, rank, reclaim)
     signatures = _signatures(cx, st, arrays, positions)
-    return _digest(signatures[positions], _mask(st, arrays, reclaim)[positions], _mask(st, arrays, st.evicting)[positions])
+    digest = _digest(signatures[positions], _mask(st, arrays, reclaim)[positions], _mask(st, arrays, st.evicting)[positions])
+    st.evictable_digests[memo_key] = (reclaim, digest)  # holds the set: its id is not reused within the cycle
+    return digest
 
 
 def _mask(st: CycleState, arrays: RunningArrays, ids: set[str] | frozenset[str]) -> np.ndarray:
